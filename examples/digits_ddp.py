@@ -1,0 +1,175 @@
+"""Train a small CNN on scikit-learn's 8x8 digits with PyTorch DistributedDataParallel.
+
+Plain DDP code: the process group is initialised from the standard rendezvous
+environment variables (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT), so the same
+script runs under mlyard, under torchrun, or as a single process:
+
+    torchrun --nproc-per-node 2 examples/digits_ddp.py
+    RANK=0 WORLD_SIZE=1 MASTER_ADDR=127.0.0.1 MASTER_PORT=29511 python examples/digits_ddp.py
+
+The only platform-specific input is MLYARD_CHECKPOINT_DIR, where rank 0 writes
+final.pt (falls back to ./checkpoints).
+"""
+
+import argparse
+import os
+import random
+import sys
+from datetime import timedelta
+
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+import torch.nn.functional as F
+from sklearn.datasets import load_digits
+from sklearn.model_selection import train_test_split
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--epochs", type=int, default=20)
+    parser.add_argument("--batch-size", type=int, default=32, help="per rank")
+    parser.add_argument("--lr", type=float, default=3e-3)
+    parser.add_argument("--seed", type=int, default=0)
+    return parser.parse_args()
+
+
+def log(message: str) -> None:
+    # One write per line: ranks that share a terminal (torchrun, local runs)
+    # would otherwise interleave a line's text and its newline.
+    sys.stdout.write(message + "\n")
+    sys.stdout.flush()
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def load_data() -> tuple[TensorDataset, TensorDataset]:
+    # The digits images ship inside scikit-learn, so no download is needed.
+    digits = load_digits()
+    x = digits.images.astype(np.float32) / 16.0  # pixel values are 0..16
+    x = x[:, None, :, :]  # N x 1 x 8 x 8
+    y = digits.target.astype(np.int64)
+    # A fixed split so that every rank (and every run) sees the same test set.
+    x_train, x_test, y_train, y_test = train_test_split(
+        x, y, test_size=0.2, random_state=0, stratify=y
+    )
+    return (
+        TensorDataset(torch.from_numpy(x_train), torch.from_numpy(y_train)),
+        TensorDataset(torch.from_numpy(x_test), torch.from_numpy(y_test)),
+    )
+
+
+class SmallCNN(nn.Module):
+    def __init__(self, num_classes: int = 10):
+        super().__init__()
+        self.conv1 = nn.Conv2d(1, 32, 3, padding=1)  # 8x8
+        self.conv2 = nn.Conv2d(32, 64, 3, padding=1)  # 8x8 -> pool -> 4x4
+        self.dropout = nn.Dropout(0.25)
+        self.fc = nn.Linear(64 * 4 * 4, num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = F.relu(self.conv1(x))
+        x = F.max_pool2d(F.relu(self.conv2(x)), 2)
+        x = self.dropout(torch.flatten(x, 1))
+        return self.fc(x)
+
+
+@torch.no_grad()
+def evaluate(model: nn.Module, dataset: TensorDataset, device: torch.device) -> float:
+    # The test set is tiny (360 images), so every rank evaluates all of it
+    # rather than sharding it and reducing the counts.
+    model.eval()
+    x, y = (t.to(device) for t in dataset.tensors)
+    correct = (model(x).argmax(dim=1) == y).sum().item()
+    model.train()
+    return correct / len(y)
+
+
+def main() -> int:
+    args = parse_args()
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
+    seed_everything(args.seed)
+
+    use_cuda = torch.cuda.is_available()
+    if use_cuda:
+        local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+        torch.cuda.set_device(local_rank)
+        device = torch.device("cuda", local_rank)
+    else:
+        device = torch.device("cpu")
+
+    # env:// initialisation; the short timeout makes a missing peer fail fast
+    # instead of hanging until the job's max_runtime.
+    dist.init_process_group(
+        backend="nccl" if use_cuda else "gloo", timeout=timedelta(seconds=60)
+    )
+    try:
+        return train(args, device)
+    finally:
+        dist.destroy_process_group()
+
+
+def train(args: argparse.Namespace, device: torch.device) -> int:
+    rank = dist.get_rank()
+    world_size = dist.get_world_size()
+    log(
+        f"rendezvous rank={rank} world_size={world_size} "
+        f"local_rank={os.environ.get('LOCAL_RANK', '0')} "
+        f"master={os.environ.get('MASTER_ADDR')}:{os.environ.get('MASTER_PORT')}"
+    )
+
+    train_set, test_set = load_data()
+    sampler = DistributedSampler(train_set, num_replicas=world_size, rank=rank, seed=args.seed)
+    loader = DataLoader(train_set, batch_size=args.batch_size, sampler=sampler)
+
+    # Same seed on every rank; DDP also broadcasts rank 0's weights at wrap time.
+    model = SmallCNN().to(device)
+    ddp_model = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
+    optimizer = torch.optim.Adam(ddp_model.parameters(), lr=args.lr)
+    scheduler = torch.optim.lr_scheduler.OneCycleLR(
+        optimizer, max_lr=args.lr, epochs=args.epochs, steps_per_epoch=len(loader)
+    )
+
+    accuracy = 0.0
+    for epoch in range(args.epochs):
+        sampler.set_epoch(epoch)  # a different shuffle each epoch, same on all ranks
+        total_loss = torch.zeros(2, device=device)  # [sum of losses, sample count]
+        for x, y in loader:
+            x, y = x.to(device), y.to(device)
+            optimizer.zero_grad()
+            loss = F.cross_entropy(ddp_model(x), y)
+            loss.backward()
+            optimizer.step()
+            scheduler.step()
+            total_loss += torch.tensor([loss.item() * len(y), len(y)], device=device)
+        # Report the loss over the whole epoch, not just rank 0's shard.
+        dist.all_reduce(total_loss)
+        accuracy = evaluate(model, test_set, device)
+        if rank == 0:
+            mean_loss = (total_loss[0] / total_loss[1]).item()
+            log(
+                f"epoch {epoch + 1}/{args.epochs} loss={mean_loss:.4f} "
+                f"test_accuracy={accuracy:.4f}"
+            )
+
+    if rank == 0:
+        checkpoint_dir = os.environ.get("MLYARD_CHECKPOINT_DIR") or "checkpoints"
+        os.makedirs(checkpoint_dir, exist_ok=True)
+        path = os.path.join(checkpoint_dir, "final.pt")
+        torch.save({"epoch": args.epochs, "model_state_dict": model.state_dict()}, path)
+        log(f"saved checkpoint {path}")
+        log(f"final test_accuracy={accuracy:.4f}")
+    # Keep ranks together until the checkpoint is written, so no rank tears
+    # down the process group while rank 0 is still saving.
+    dist.barrier()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,3 @@
+from mlyard.cli import main
+
+main()

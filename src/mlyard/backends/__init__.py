@@ -1,0 +1,1 @@
+"""Backends run replicas: `local` (processes on this machine); Kubernetes comes later."""

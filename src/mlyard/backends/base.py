@@ -1,0 +1,128 @@
+"""The contract between the controller and whatever runs replicas (local processes, pods).
+
+Every call returns fast: a backend starts or signals things and reports what it sees; the
+controller observes the consequences on its next loop. `stop` is idempotent: stopping what is
+already gone is not an error. Each backend renders a launch as plain data first (`dryrun`),
+and `launch` submits exactly that.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+
+@dataclass(frozen=True)
+class GpuDescription:
+    index: int
+    model: str
+    memory_bytes: int
+
+
+@dataclass(frozen=True)
+class NodeDescription:
+    name: str
+    address: str
+    cpu_ids: tuple[int, ...]
+    memory_bytes: int
+    gpus: tuple[GpuDescription, ...] = ()
+    labels: Mapping[str, str] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()
+    """What this node cannot do, in words: shown by `mlyard nodes`."""
+
+
+@dataclass(frozen=True)
+class ReplicaLaunch:
+    """Everything needed to start one replica; `env` already holds the rendezvous settings."""
+
+    replica_id: int
+    name: str
+    rank: int
+    node: str
+    cpu_ids: tuple[int, ...]
+    gpu_ids: tuple[int, ...]
+    memory_bytes: int
+    command: tuple[str, ...]
+    env: Mapping[str, str]
+    directory: Path
+    snapshot: Path | None
+
+
+@dataclass(frozen=True)
+class AttemptLaunch:
+    job_id: int
+    attempt: int
+    replicas: tuple[ReplicaLaunch, ...]
+
+
+@dataclass(frozen=True)
+class ReplicaHandle:
+    """How to find a started replica again, even from a restarted server."""
+
+    replica_id: int
+    pid: int | None
+    pid_started_at: float | None
+
+
+@dataclass(frozen=True)
+class ReplicaRef:
+    replica_id: int
+    node: str
+    directory: Path
+    pid: int | None
+    pid_started_at: float | None
+
+
+ReplicaState = Literal["pending", "running", "exited", "lost"]
+
+
+@dataclass(frozen=True)
+class ReplicaObservation:
+    """`exited`: the launcher recorded an exit code. `lost`: the replica is gone without one
+    (killed with SIGKILL, its node vanished)."""
+
+    state: ReplicaState
+    exit_code: int | None = None
+    started_at: float | None = None
+    finished_at: float | None = None
+
+    @property
+    def is_gone(self) -> bool:
+        return self.state in ("exited", "lost")
+
+
+class Backend(abc.ABC):
+    name: str
+
+    @abc.abstractmethod
+    def nodes(self) -> list[NodeDescription]:
+        """The nodes this backend runs replicas on and their allocatable resources."""
+
+    @abc.abstractmethod
+    def reserve_ports(self, node: str, count: int) -> list[int]:
+        """Ports that were free on `node` just now, for rendezvous (MASTER_PORT, TF_CONFIG)."""
+
+    @abc.abstractmethod
+    def dryrun(self, launch: AttemptLaunch) -> list[dict[str, Any]]:
+        """The launch as plain data (process arguments, pod objects), one entry per replica."""
+
+    @abc.abstractmethod
+    def launch(self, launch: AttemptLaunch) -> list[ReplicaHandle]:
+        """Starts every replica of an attempt. On error nothing of the attempt is left running."""
+
+    @abc.abstractmethod
+    def observe(self, replicas: Sequence[ReplicaRef]) -> dict[int, ReplicaObservation]:
+        """The current state of each replica, by replica_id."""
+
+    def stop(self, replicas: Sequence[ReplicaRef], *, force: bool) -> None:
+        """SIGTERM (or SIGKILL when `force`) to every replica still there; gone ones are skipped."""
+        present = [ref for ref in replicas if not self.observe([ref])[ref.replica_id].is_gone]
+        if present:
+            self._stop_present(present, force=force)
+
+    @abc.abstractmethod
+    def _stop_present(self, replicas: Sequence[ReplicaRef], *, force: bool) -> None:
+        """Signals replicas known to be present a moment ago."""

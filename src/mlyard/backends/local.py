@@ -1,0 +1,214 @@
+"""Replicas as local processes: one node, this machine.
+
+Each replica is `python -m mlyard.launcher DIR` in a session of its own, started with the
+Python that runs the server (so `python` in a job is the server's environment unless the job
+sets PATH). The launcher's pid and start time identify the replica; the files it writes
+(`started.json`, `exit.json`) say how it is doing, so a restarted server can observe replicas
+it did not start.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from mlyard import cgroups
+from mlyard.backends.base import (
+    AttemptLaunch,
+    Backend,
+    GpuDescription,
+    NodeDescription,
+    ReplicaHandle,
+    ReplicaLaunch,
+    ReplicaObservation,
+    ReplicaRef,
+)
+from mlyard.backends.gpus import local_gpus
+from mlyard.launcher import EXIT_FILE, LAUNCH_CONFIG, LAUNCHER_LOG, STARTED_FILE, read_json
+
+NODE_ADDRESS = "127.0.0.1"
+# A pid is the same process only if it started when we recorded it (pids are reused).
+START_TIME_TOLERANCE = 0.05
+
+
+class LocalBackend(Backend):
+    name = "local"
+
+    def __init__(self, *, cpus: int | None = None, memory_bytes: int | None = None,
+                 gpus: tuple[GpuDescription, ...] | None = None):
+        available = sorted(os.sched_getaffinity(0))
+        if cpus is not None and not 1 <= cpus <= len(available):
+            raise ValueError(f"the node can offer 1 to {len(available)} CPUs, not {cpus}")
+        self.cpu_ids = tuple(available[:cpus] if cpus else available)
+        self.memory_bytes = memory_bytes or psutil.virtual_memory().total
+        self.gpus = local_gpus() if gpus is None else gpus
+        self.node_name = socket.gethostname() or "local"
+        self.memory_parent, memory_note = cgroups.detect_memory_parent()
+        self.notes = (memory_note,) if memory_note else ()
+        self._children: dict[int, subprocess.Popen] = {}
+
+    def nodes(self) -> list[NodeDescription]:
+        return [
+            NodeDescription(
+                name=self.node_name,
+                address=NODE_ADDRESS,
+                cpu_ids=self.cpu_ids,
+                memory_bytes=self.memory_bytes,
+                gpus=self.gpus,
+                labels={"hostname": self.node_name},
+                notes=self.notes,
+            )
+        ]
+
+    def reserve_ports(self, node: str, count: int) -> list[int]:
+        sockets = []
+        try:
+            for _ in range(count):
+                candidate = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+                candidate.bind((NODE_ADDRESS, 0))
+                sockets.append(candidate)
+            return [candidate.getsockname()[1] for candidate in sockets]
+        finally:
+            for candidate in sockets:
+                candidate.close()
+
+    def _config(self, replica: ReplicaLaunch, launch: AttemptLaunch) -> dict[str, Any]:
+        return {
+            "command": list(replica.command),
+            "env": dict(replica.env),
+            "snapshot": str(replica.snapshot) if replica.snapshot else None,
+            "cpu_ids": list(replica.cpu_ids),
+            "memory_bytes": replica.memory_bytes,
+            "memory_cgroup_parent": str(self.memory_parent) if self.memory_parent else None,
+            "cgroup_name": cgroup_name(launch.job_id, launch.attempt, replica.name),
+            "prepend_path": str(Path(sys.executable).parent),
+        }
+
+    def dryrun(self, launch: AttemptLaunch) -> list[dict[str, Any]]:
+        return [
+            {
+                "replica": replica.name,
+                "argv": [sys.executable, "-m", "mlyard.launcher", str(replica.directory)],
+                "start_new_session": True,
+                "config": self._config(replica, launch),
+            }
+            for replica in launch.replicas
+        ]
+
+    def launch(self, launch: AttemptLaunch) -> list[ReplicaHandle]:
+        handles: list[ReplicaHandle] = []
+        try:
+            for replica, plan in zip(launch.replicas, self.dryrun(launch), strict=True):
+                handles.append(self._start(replica, plan))
+        except Exception:
+            self._stop_present([self._ref(handle, launch) for handle in handles], force=True)
+            raise
+        return handles
+
+    def _start(self, replica: ReplicaLaunch, plan: dict[str, Any]) -> ReplicaHandle:
+        replica.directory.mkdir(parents=True, exist_ok=True)
+        config_path = replica.directory / LAUNCH_CONFIG
+        # The config holds the job's API token: readable by the owner only.
+        descriptor = os.open(config_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(descriptor, "w") as handle:
+            json.dump(plan["config"], handle)
+        with open(replica.directory / LAUNCHER_LOG, "ab") as launcher_log:
+            process = subprocess.Popen(
+                plan["argv"],
+                stdin=subprocess.DEVNULL,
+                stdout=launcher_log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                close_fds=True,
+            )
+        self._children[process.pid] = process
+        try:
+            started_at = psutil.Process(process.pid).create_time()
+        except psutil.NoSuchProcess:
+            started_at = None
+        return ReplicaHandle(replica_id=replica.replica_id, pid=process.pid, pid_started_at=started_at)
+
+    @staticmethod
+    def _ref(handle: ReplicaHandle, launch: AttemptLaunch) -> ReplicaRef:
+        replica = next(r for r in launch.replicas if r.replica_id == handle.replica_id)
+        return ReplicaRef(replica_id=handle.replica_id, node=replica.node, directory=replica.directory,
+                          pid=handle.pid, pid_started_at=handle.pid_started_at)
+
+    def _alive(self, ref: ReplicaRef) -> bool:
+        if ref.pid is None:
+            return False
+        child = self._children.get(ref.pid)
+        if child is not None:
+            if child.poll() is None:
+                return True
+            del self._children[ref.pid]  # reaped: the pid may now be reused by anyone
+            return False
+        try:
+            process = psutil.Process(ref.pid)
+            if ref.pid_started_at is not None and abs(process.create_time() - ref.pid_started_at) > START_TIME_TOLERANCE:
+                return False
+            return process.status() != psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            return False
+
+    def observe(self, replicas: Sequence[ReplicaRef]) -> dict[int, ReplicaObservation]:
+        result = {}
+        for ref in replicas:
+            alive = self._alive(ref)
+            exited = read_json(ref.directory / EXIT_FILE)
+            started = read_json(ref.directory / STARTED_FILE)
+            started_at = started.get("started_at") if started else None
+            if exited is not None:
+                # The launcher may still be finishing its last write: the outcome is final.
+                result[ref.replica_id] = ReplicaObservation(
+                    state="exited", exit_code=exited["exit_code"], started_at=started_at,
+                    finished_at=exited.get("finished_at"),
+                )
+            elif alive:
+                result[ref.replica_id] = ReplicaObservation(
+                    state="running" if started else "pending", started_at=started_at
+                )
+            else:
+                result[ref.replica_id] = ReplicaObservation(state="lost", started_at=started_at)
+        return result
+
+    def _stop_present(self, replicas: Sequence[ReplicaRef], *, force: bool) -> None:
+        for ref in replicas:
+            if not self._alive(ref):
+                self._kill_cgroup(ref)
+                continue
+            try:
+                if force:
+                    # SIGKILL cannot be forwarded: reach the launcher's and the command's groups.
+                    os.killpg(ref.pid, signal.SIGKILL)
+                    started = read_json(ref.directory / STARTED_FILE)
+                    if started is not None:
+                        os.killpg(started["pid"], signal.SIGKILL)
+                else:
+                    os.kill(ref.pid, signal.SIGTERM)  # the launcher forwards it to the command's group
+            except (ProcessLookupError, PermissionError):
+                pass
+            if force:
+                self._kill_cgroup(ref)
+
+    def _kill_cgroup(self, ref: ReplicaRef) -> None:
+        """Processes that left their process group are still in the replica's cgroup."""
+        if self.memory_parent is None:
+            return
+        directory = ref.directory
+        cgroup = self.memory_parent / cgroup_name(directory.parent.parent.name, directory.parent.name, directory.name)
+        if cgroup.is_dir():
+            cgroups.remove_cgroup(cgroup)
+
+
+def cgroup_name(job_id: int | str, attempt: int | str, replica: str) -> str:
+    return f"job{job_id}-{attempt}-{replica}"

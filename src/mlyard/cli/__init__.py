@@ -1,0 +1,39 @@
+"""The `mlyard` command. Errors are one line on stderr, never a traceback."""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+from rich.markup import escape
+
+from mlyard.cli import jobs, nodes, server
+from mlyard.cli.output import errors
+from mlyard.cli.submission import UsageError
+from mlyard.client import ClientError
+from mlyard.errors import MlyardError
+from mlyard.storage import SnapshotError
+
+app = typer.Typer(
+    name="mlyard",
+    help="Queue, gang-schedule and run deep-learning training jobs.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+app.add_typer(server.server_app, name="server")
+jobs.register(app)
+app.command()(nodes.nodes)
+
+
+def main() -> None:
+    try:
+        app(standalone_mode=True)
+    except UsageError as error:
+        errors.print(f"[red]error:[/] {escape(str(error))}", highlight=False)
+        sys.exit(2)
+    except (ClientError, MlyardError, SnapshotError) as error:
+        errors.print(f"[red]error:[/] {escape(str(error))}", highlight=False)
+        sys.exit(1)
+    except KeyboardInterrupt:
+        sys.exit(130)

@@ -1,0 +1,214 @@
+"""Job commands: submit, run, jobs, show, logs, cancel, wait."""
+
+from __future__ import annotations
+
+import re
+import sys
+import time
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from mlyard.api_models import JobInfo
+from mlyard.cli.output import (
+    OutputFormat,
+    console,
+    duration,
+    errors,
+    jobs_table,
+    print_job_detail,
+    print_json,
+    status_text,
+)
+from mlyard.cli.submission import UsageError, apply_overrides, load_spec_file, upload_code, validate_spec
+from mlyard.client import Client
+from mlyard.spec import JobStatus
+
+OutputOption = Annotated[OutputFormat, typer.Option("--output", "-o", help="table or json")]
+JobArgument = Annotated[int, typer.Argument(help="the job's id", metavar="JOB")]
+
+
+def _submit_and_report(spec_data: dict, *, context: Path, no_code: bool, follow: bool, output: OutputFormat) -> None:
+    spec = validate_spec(spec_data)
+    with Client() as client:
+        if not no_code:
+            if not context.is_dir():
+                raise UsageError(f"--context {context} is not a directory")
+            spec = spec.model_copy(update={"snapshot": upload_code(client, context)})
+        job = client.submit(spec)
+        if output is OutputFormat.json and not follow:
+            print_json(job)
+            return
+        errors.print(f"Submitted job [bold]{job.id}[/] ({job.name}), {status_text(job.status)}")
+        if follow:
+            final = follow_job(client, job)
+            if output is OutputFormat.json:
+                print_json(final)
+            if final.status is not JobStatus.SUCCEEDED:
+                raise typer.Exit(1)
+        else:
+            print(job.id)
+
+
+def follow_job(client: Client, job: JobInfo) -> JobInfo:
+    """Streams rank 0's log and the job's status changes until it ends."""
+    last_status = None
+    offset, attempt = 0, None
+    while True:
+        current = client.job(job.id)
+        if current.status != last_status:
+            note = f" ({current.message})" if current.message and current.status.is_terminal else ""
+            errors.print(f"[dim]●[/] job {job.id} {status_text(current.status)}{note}", highlight=False)
+            last_status = current.status
+        if current.attempts and attempt != current.attempts[-1].number:
+            attempt, offset = current.attempts[-1].number, 0
+        text_seen = False
+        if attempt is not None:
+            while True:
+                chunk = client.logs(job.id, attempt=attempt, offset=offset)
+                if not chunk.text:
+                    break
+                text_seen = True
+                sys.stdout.write(chunk.text)
+                sys.stdout.flush()
+                offset = chunk.next_offset
+        if current.status.is_terminal and not text_seen:
+            runtime = duration((current.finished_at or 0) - current.started_at) if current.started_at else "-"
+            errors.print(f"Job {current.id} {status_text(current.status)} after {runtime}", highlight=False)
+            return current
+        time.sleep(0.3)
+
+
+def submit(
+    file: Annotated[Path, typer.Argument(help="job spec, YAML or JSON", metavar="FILE")],
+    set_values: Annotated[Optional[list[str]], typer.Option("--set", help="override a field: key.sub=value")] = None,
+    context: Annotated[Path, typer.Option(help="code directory to snapshot")] = Path("."),
+    no_code: Annotated[bool, typer.Option("--no-code", help="run without a code snapshot")] = False,
+    follow: Annotated[bool, typer.Option("--follow", "-f", help="stream logs until the job ends")] = False,
+    output: OutputOption = OutputFormat.table,
+) -> None:
+    """Submit a job from a spec file; the working directory is uploaded as its code."""
+    data = apply_overrides(load_spec_file(file), set_values or [])
+    _submit_and_report(data, context=context, no_code=no_code, follow=follow, output=output)
+
+
+def run(
+    command: Annotated[list[str], typer.Argument(help="the command, after --", metavar="-- CMD...")],
+    replicas: Annotated[int, typer.Option(help="number of replicas")] = 1,
+    cpus: Annotated[float, typer.Option(help="CPUs per replica")] = 1.0,
+    gpus: Annotated[int, typer.Option(help="GPUs per replica")] = 0,
+    memory: Annotated[str, typer.Option(help="memory per replica, e.g. 2Gi")] = "1Gi",
+    name: Annotated[Optional[str], typer.Option(help="job name (default: from the command)")] = None,
+    framework: Annotated[str, typer.Option(help="pytorch, tensorflow or none")] = "pytorch",
+    set_values: Annotated[Optional[list[str]], typer.Option("--set", help="override a field: key.sub=value")] = None,
+    context: Annotated[Path, typer.Option(help="code directory to snapshot")] = Path("."),
+    no_code: Annotated[bool, typer.Option("--no-code", help="run without a code snapshot")] = False,
+    follow: Annotated[bool, typer.Option("--follow", "-f", help="stream logs until the job ends")] = False,
+    output: OutputOption = OutputFormat.table,
+) -> None:
+    """Run a command as a job without writing a spec file."""
+    data = {
+        "name": name or _name_from(command),
+        "command": command,
+        "framework": framework,
+        "roles": [{"name": "worker", "replicas": replicas, "resources": {"cpu": cpus, "gpu": gpus, "memory": memory}}],
+    }
+    data = apply_overrides(data, set_values or [])
+    _submit_and_report(data, context=context, no_code=no_code, follow=follow, output=output)
+
+
+_INTERPRETERS = {"python", "python3", "sh", "bash", "torchrun", "env", "uv", "exec"}
+
+
+def _name_from(command: list[str]) -> str:
+    """A job name from the program or script a command runs: `python train.py` → train."""
+    for part in command:
+        if part.startswith("-") or not re.fullmatch(r"[\w./-]+", part):
+            continue
+        stem = Path(part).stem.lower()
+        if stem not in _INTERPRETERS:
+            cleaned = re.sub(r"[^a-z0-9-]+", "-", stem).strip("-")[:40].strip("-")
+            if cleaned:
+                return cleaned
+    return "job"
+
+
+def jobs(
+    show_all: Annotated[bool, typer.Option("--all", "-a", help="include finished jobs")] = False,
+    status: Annotated[Optional[list[JobStatus]], typer.Option(help="only jobs in this status")] = None,
+    output: OutputOption = OutputFormat.table,
+) -> None:
+    """List jobs (unfinished ones unless --all or --status)."""
+    with Client() as client:
+        found = client.jobs(statuses=status or (), include_finished=show_all)
+    if output is OutputFormat.json:
+        print_json(found)
+    elif not found:
+        errors.print("no jobs" + ("" if show_all else " (use --all to include finished ones)"))
+    else:
+        console.print(jobs_table(found))
+
+
+def show(job_id: JobArgument, output: OutputOption = OutputFormat.table) -> None:
+    """Show a job: status, exit code, replicas, events and the last log lines."""
+    with Client() as client:
+        job = client.job(job_id)
+    if output is OutputFormat.json:
+        print_json(job)
+    else:
+        print_job_detail(job)
+
+
+def logs(
+    job_id: JobArgument,
+    replica: Annotated[Optional[str], typer.Option("--replica", "-r", help="replica name or rank (default 0)")] = None,
+    attempt: Annotated[Optional[int], typer.Option(help="attempt number (default: latest)")] = None,
+    follow: Annotated[bool, typer.Option("--follow", "-f", help="keep printing until the replica ends")] = False,
+) -> None:
+    """Print a replica's output (stdout and stderr)."""
+    with Client() as client:
+        if follow:
+            for text in client.follow_logs(job_id, replica=replica):
+                sys.stdout.write(text)
+                sys.stdout.flush()
+            return
+        offset = 0
+        while True:
+            chunk = client.logs(job_id, replica=replica, attempt=attempt, offset=offset)
+            if not chunk.text:
+                break
+            sys.stdout.write(chunk.text)
+            offset = chunk.next_offset
+
+
+def cancel(job_id: JobArgument, output: OutputOption = OutputFormat.table) -> None:
+    """Cancel a job: queued ones at once, running ones after SIGTERM and a grace period."""
+    with Client() as client:
+        job = client.cancel(job_id)
+    if output is OutputFormat.json:
+        print_json(job)
+    else:
+        errors.print(f"job {job.id}: cancellation requested ({status_text(job.status)})")
+
+
+def wait(
+    job_id: JobArgument,
+    timeout: Annotated[Optional[float], typer.Option(help="give up after this many seconds")] = None,
+    output: OutputOption = OutputFormat.table,
+) -> None:
+    """Wait for a job to end; exit 0 only if it succeeded."""
+    with Client() as client:
+        job = client.wait(job_id, timeout=timeout)
+    if output is OutputFormat.json:
+        print_json(job)
+    else:
+        note = f": {job.message}" if job.message else ""
+        errors.print(f"job {job.id} {status_text(job.status)}{note}", highlight=False)
+    if job.status is not JobStatus.SUCCEEDED:
+        raise typer.Exit(1)
+
+
+def register(app: typer.Typer) -> None:
+    for command in (submit, run, jobs, show, logs, cancel, wait):
+        app.command()(command)

@@ -1,0 +1,107 @@
+"""Turning a job file, `--set` overrides and the working directory into a submission."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
+
+from mlyard.api_models import field_errors, summarize
+from mlyard.cli.output import errors
+from mlyard.client import Client
+from mlyard.spec import JobSpec
+from mlyard.storage import DEFAULT_MAX_SNAPSHOT_BYTES, pack_directory
+
+
+class UsageError(Exception):
+    """Bad input on the command line or in a job file: printed as one line, exit code 2."""
+
+
+def load_spec_file(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text()
+    except OSError as error:
+        raise UsageError(f"cannot read job file {path}: {error.strerror}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        raise UsageError(f"{path} is not valid YAML or JSON: {error}".splitlines()[0]) from None
+    if not isinstance(data, dict):
+        raise UsageError(f"{path} must hold a mapping of job fields (name, command, roles, …)")
+    return data
+
+
+def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """`key.sub=value` and `roles.0.replicas=4`; values are read as YAML scalars."""
+    for override in overrides:
+        key, separator, raw = override.partition("=")
+        if not separator or not key:
+            raise UsageError(f"--set expects key=value, got {override!r}")
+        value = yaml.safe_load(raw) if raw else ""
+        parts = key.split(".")
+        target: Any = data
+        for position, part in enumerate(parts[:-1]):
+            following = parts[position + 1]
+            if isinstance(target, list):
+                if not part.isdigit() or int(part) >= len(target):
+                    raise UsageError(f"--set {key}: {'.'.join(parts[:position + 1])} is not an index of the list")
+                target = target[int(part)]
+            elif isinstance(target, dict):
+                if part not in target or target[part] is None:
+                    target[part] = [{}] if following.isdigit() and following == "0" else {}
+                target = target[part]
+            else:
+                raise UsageError(f"--set {key}: {'.'.join(parts[:position + 1])} is not a mapping or a list")
+        last = parts[-1]
+        if isinstance(target, list):
+            if not last.isdigit() or int(last) >= len(target):
+                raise UsageError(f"--set {key}: {last} is not an index of the list")
+            target[int(last)] = value
+        elif isinstance(target, dict):
+            target[last] = value
+        else:
+            raise UsageError(f"--set {key}: cannot set a field inside a {type(target).__name__}")
+    return data
+
+
+def validate_spec(data: dict[str, Any]) -> JobSpec:
+    try:
+        return JobSpec.model_validate(data)
+    except ValidationError as error:
+        raise UsageError(f"invalid job spec: {summarize(field_errors(error.errors()))}") from None
+
+
+def upload_code(client: Client, directory: Path, *, max_bytes: int = DEFAULT_MAX_SNAPSHOT_BYTES) -> str:
+    """Packs `directory` (honouring .gitignore and .mlyardignore), uploads it unless the server
+    already has it, and returns its digest. Shows progress bars on a terminal."""
+    with tempfile.TemporaryDirectory(prefix="mlyard-snapshot-") as scratch:
+        with _progress() as progress:
+            packing = progress.add_task("packing code", total=None)
+
+            def on_pack(done: int, total: int) -> None:
+                progress.update(packing, completed=done, total=total)
+
+            packed = pack_directory(directory, Path(scratch) / "snapshot.tar.gz", max_bytes=max_bytes,
+                                    progress=on_pack)
+            if client.snapshot_exists(packed.digest):
+                progress.update(packing, description="code already on the server")
+                return packed.digest
+            uploading = progress.add_task("uploading code", total=packed.size)
+            client.upload_snapshot(packed.path, packed.digest,
+                                   progress=lambda sent: progress.advance(uploading, sent))
+        return packed.digest
+
+
+def _progress() -> Progress:
+    return Progress(
+        TextColumn("[progress.description]{task.description}"),
+        BarColumn(),
+        DownloadColumn(),
+        TransferSpeedColumn(),
+        console=errors,
+        transient=not errors.is_terminal,
+    )

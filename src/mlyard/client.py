@@ -1,0 +1,148 @@
+"""A typed HTTP client for the mlyard API, used by the CLI, the in-job SDK and tests.
+
+The server is found through MLYARD_URL or MLYARD_HOME (see `mlyard.config`); the token
+through MLYARD_TOKEN or the admin token file.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import httpx
+from pydantic import TypeAdapter
+
+from mlyard import config
+from mlyard.api_models import ErrorBody, FieldError, Health, JobDetail, JobInfo, LogChunk, NodeInfo, SnapshotInfo
+from mlyard.spec import JobSpec, JobStatus
+
+UPLOAD_CHUNK = 256 * 1024
+
+
+class ClientError(Exception):
+    """An answer other than success, or no answer; `str()` is one line for a person."""
+
+    def __init__(self, message: str, *, status: int | None = None, code: str | None = None,
+                 details: Sequence[FieldError] = ()):
+        super().__init__(message)
+        self.message = message
+        self.status = status
+        self.code = code
+        self.details = list(details)
+
+
+class Client:
+    def __init__(self, url: str | None = None, token: str | None = None, *, timeout: float = 30.0):
+        self.url = (url or config.server_url()).rstrip("/")
+        self.token = token if token is not None else config.api_token()
+        headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
+        self._http = httpx.Client(base_url=f"{self.url}/api/v1", headers=headers, timeout=timeout)
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+    def _request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        try:
+            response = self._http.request(method, path, **kwargs)
+        except httpx.TransportError as error:
+            raise ClientError(
+                f"cannot reach the mlyard server at {self.url} ({error.__class__.__name__}); "
+                "is it running? Start it with 'mlyard server start'"
+            ) from error
+        if response.is_success:
+            return response
+        try:
+            body = ErrorBody.model_validate(response.json())
+            raise ClientError(body.message, status=response.status_code, code=body.error, details=body.details)
+        except ValueError:
+            raise ClientError(f"the server answered {response.status_code}: {response.text[:200]}",
+                              status=response.status_code) from None
+
+    def health(self) -> Health:
+        return Health.model_validate(self._request("GET", "/health").json())
+
+    def submit(self, spec: JobSpec | dict[str, Any]) -> JobInfo:
+        payload = spec.model_dump(mode="json", exclude_defaults=True) if isinstance(spec, JobSpec) else spec
+        return JobInfo.model_validate(self._request("POST", "/jobs", json=payload).json())
+
+    def jobs(self, *, statuses: Sequence[JobStatus] = (), include_finished: bool = False) -> list[JobInfo]:
+        params: list[tuple[str, str]] = [("status", status.value) for status in statuses]
+        if include_finished:
+            params.append(("all", "true"))
+        return TypeAdapter(list[JobInfo]).validate_python(self._request("GET", "/jobs", params=params).json())
+
+    def job(self, job_id: int) -> JobDetail:
+        return JobDetail.model_validate(self._request("GET", f"/jobs/{job_id}").json())
+
+    def cancel(self, job_id: int) -> JobInfo:
+        return JobInfo.model_validate(self._request("POST", f"/jobs/{job_id}/cancel").json())
+
+    def logs(self, job_id: int, *, replica: str | None = None, attempt: int | None = None, offset: int = 0) -> LogChunk:
+        params: dict[str, Any] = {"offset": offset}
+        if replica is not None:
+            params["replica"] = replica
+        if attempt is not None:
+            params["attempt"] = attempt
+        return LogChunk.model_validate(self._request("GET", f"/jobs/{job_id}/logs", params=params).json())
+
+    def follow_logs(self, job_id: int, *, replica: str | None = None, poll_seconds: float = 0.5) -> Iterator[str]:
+        """Yields log text as it is written until the replica is done and the job has ended."""
+        offset, attempt = 0, None
+        while True:
+            chunk = self.logs(job_id, replica=replica, attempt=attempt, offset=offset)
+            attempt = attempt or chunk.attempt or None
+            offset = chunk.next_offset
+            if chunk.text:
+                yield chunk.text
+            elif chunk.complete:
+                return
+            else:
+                time.sleep(poll_seconds)
+
+    def nodes(self) -> list[NodeInfo]:
+        return TypeAdapter(list[NodeInfo]).validate_python(self._request("GET", "/nodes").json())
+
+    def snapshot_exists(self, digest: str) -> bool:
+        try:
+            self._request("GET", f"/snapshots/{digest}")
+            return True
+        except ClientError as error:
+            if error.status == 404:
+                return False
+            raise
+
+    def upload_snapshot(self, path: Path, digest: str, *, progress: Callable[[int], None] | None = None) -> SnapshotInfo:
+        def chunks() -> Iterator[bytes]:
+            with open(path, "rb") as handle:
+                while data := handle.read(UPLOAD_CHUNK):
+                    yield data
+                    if progress is not None:
+                        progress(len(data))
+
+        headers = {"Content-Type": "application/gzip", "Content-Length": str(path.stat().st_size)}
+        response = self._request("PUT", f"/snapshots/{digest}", content=chunks(), headers=headers)
+        return SnapshotInfo.model_validate(response.json())
+
+    def wait(self, job_id: int, *, poll_seconds: float = 0.5, timeout: float | None = None,
+             on_change: Callable[[JobInfo], None] | None = None) -> JobInfo:
+        """Polls until the job ends (or `timeout` passes: ClientError)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        last = None
+        while True:
+            job = self.job(job_id)
+            if on_change is not None and job.status != last:
+                on_change(job)
+                last = job.status
+            if job.status.is_terminal:
+                return job
+            if deadline is not None and time.monotonic() > deadline:
+                raise ClientError(f"job {job_id} is still {job.status.value} after {timeout:g}s")
+            time.sleep(poll_seconds)

@@ -1,0 +1,86 @@
+"""Where mlyard keeps its data and how the server is reached.
+
+`MLYARD_HOME` (default `~/.mlyard`) holds, in embedded mode:
+`mlyard.db` (SQLite), `blobs/` (content-addressed snapshots), `runs/<job>/<attempt>/<replica>/`
+(launcher config, logs, exit status), `checkpoints/<job>/`, `admin.token` (0600), and the
+server's `server.pid`, `server.log` and `server.json` (its URL).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 8642
+
+
+def home_directory() -> Path:
+    return Path(os.environ.get("MLYARD_HOME") or Path.home() / ".mlyard").expanduser().resolve()
+
+
+@dataclass(frozen=True)
+class Paths:
+    home: Path
+
+    @property
+    def database(self) -> Path:
+        return self.home / "mlyard.db"
+
+    @property
+    def blobs(self) -> Path:
+        return self.home / "blobs"
+
+    @property
+    def runs(self) -> Path:
+        return self.home / "runs"
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.home / "checkpoints"
+
+    @property
+    def admin_token(self) -> Path:
+        return self.home / "admin.token"
+
+    @property
+    def server_pid(self) -> Path:
+        return self.home / "server.pid"
+
+    @property
+    def server_log(self) -> Path:
+        return self.home / "server.log"
+
+    @property
+    def server_info(self) -> Path:
+        return self.home / "server.json"
+
+    def replica_directory(self, job_id: int, attempt: int, replica: str) -> Path:
+        return self.runs / str(job_id) / str(attempt) / replica
+
+    def checkpoint_directory(self, job_id: int) -> Path:
+        return self.checkpoints / str(job_id)
+
+
+def server_url(paths: Paths | None = None) -> str:
+    """MLYARD_URL, else the URL the server of MLYARD_HOME wrote at start, else the default."""
+    if os.environ.get("MLYARD_URL"):
+        return os.environ["MLYARD_URL"].rstrip("/")
+    paths = paths or Paths(home_directory())
+    try:
+        return json.loads(paths.server_info.read_text())["url"].rstrip("/")
+    except (OSError, ValueError, KeyError):
+        return f"http://{DEFAULT_HOST}:{DEFAULT_PORT}"
+
+
+def api_token(paths: Paths | None = None) -> str | None:
+    """MLYARD_TOKEN, else the admin token the server of MLYARD_HOME wrote at its first start."""
+    if os.environ.get("MLYARD_TOKEN"):
+        return os.environ["MLYARD_TOKEN"]
+    paths = paths or Paths(home_directory())
+    try:
+        return paths.admin_token.read_text().strip() or None
+    except OSError:
+        return None

@@ -1,0 +1,54 @@
+"""Typed errors. The server maps them to HTTP answers in one place (`server.app`)."""
+
+from __future__ import annotations
+
+
+class MlyardError(Exception):
+    """An error a user can act on; `str()` is one clear line."""
+
+    http_status = 400
+    code = "bad_request"
+
+    def __init__(self, message: str, *, field: str | None = None):
+        super().__init__(message)
+        self.message = message
+        self.field = field
+
+
+class NotFound(MlyardError):
+    http_status = 404
+    code = "not_found"
+
+
+class Unauthorized(MlyardError):
+    http_status = 401
+    code = "unauthorized"
+
+
+class Forbidden(MlyardError):
+    http_status = 403
+    code = "forbidden"
+
+
+class Conflict(MlyardError):
+    http_status = 409
+    code = "conflict"
+
+
+class Unschedulable(MlyardError):
+    """The job can never run on this cluster, whatever else is running."""
+
+    http_status = 422
+    code = "unschedulable"
+
+
+class InvalidTransition(MlyardError):
+    """A status change that the job lifecycle does not allow: a bug, never user input."""
+
+    http_status = 500
+    code = "invalid_transition"
+
+
+class PayloadTooLarge(MlyardError):
+    http_status = 413
+    code = "payload_too_large"

@@ -1,0 +1,159 @@
+"""The shim that runs inside every replica: `python -m mlyard.launcher REPLICA_DIRECTORY`.
+
+It reads `launch.json` from the replica directory, pins the CPUs, joins a memory cgroup
+when one is configured, extracts the code snapshot into `code/`, and runs the user command
+there in a process group of its own with stdout and stderr going to `output.log`. SIGTERM and
+SIGINT are forwarded to the whole group. When the command ends, anything it left in its group
+is killed and `exit.json` is written (atomically), so the controller can read the outcome even
+after a server restart. `started.json` says the user command is running.
+
+It imports little, so a replica starts fast.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+LAUNCH_CONFIG = "launch.json"
+OUTPUT_LOG = "output.log"
+STARTED_FILE = "started.json"
+EXIT_FILE = "exit.json"
+LAUNCHER_LOG = "launcher.log"
+CODE_DIRECTORY = "code"
+COMMAND_NOT_FOUND = 127
+
+
+def write_json_atomically(path: Path, payload: dict) -> None:
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    temporary.write_text(json.dumps(payload))
+    os.replace(temporary, path)
+
+
+def read_json(path: Path) -> dict | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+class Launcher:
+    def __init__(self, directory: Path):
+        self.directory = directory
+        self.config = json.loads((directory / LAUNCH_CONFIG).read_text())
+        self.child: subprocess.Popen | None = None
+        self.terminating_signal: int | None = None
+        self.cgroup: Path | None = None
+
+    def log(self, message: str) -> None:
+        print(f"mlyard-launcher: {message}", file=sys.stderr, flush=True)
+
+    def on_signal(self, number: int, _frame) -> None:
+        if self.terminating_signal is None:
+            self.terminating_signal = number
+        if self.child is not None:
+            try:
+                os.killpg(self.child.pid, number)
+            except ProcessLookupError:
+                pass
+
+    def run(self) -> int:
+        signal.signal(signal.SIGTERM, self.on_signal)
+        signal.signal(signal.SIGINT, self.on_signal)
+        try:
+            exit_code = self._run_command()
+        except Exception as error:  # the user sees it in their log, the controller in exit.json
+            self._append_output(f"mlyard: the replica could not start: {error}\n")
+            self.log(f"start failed: {error!r}")
+            exit_code = 1
+        finally:
+            self._cleanup()
+        signal_number = None
+        if exit_code < 0:
+            signal_number, exit_code = -exit_code, 128 - exit_code
+        write_json_atomically(
+            self.directory / EXIT_FILE,
+            {"exit_code": exit_code, "signal": signal_number, "finished_at": time.time()},
+        )
+        return 0
+
+    def _run_command(self) -> int:
+        config = self.config
+        if config.get("cpu_ids"):
+            os.sched_setaffinity(0, config["cpu_ids"])
+        if config.get("memory_cgroup_parent"):
+            self._join_memory_cgroup(Path(config["memory_cgroup_parent"]), config["cgroup_name"], config["memory_bytes"])
+        workdir = self.directory / CODE_DIRECTORY
+        if config.get("snapshot"):
+            from mlyard.storage import extract_snapshot
+
+            extract_snapshot(Path(config["snapshot"]), workdir)
+        else:
+            workdir.mkdir(exist_ok=True)
+        if self.terminating_signal is not None:
+            return -self.terminating_signal
+        environment = dict(os.environ)
+        environment.update(config["env"])
+        if "PATH" not in config["env"] and config.get("prepend_path"):
+            environment["PATH"] = config["prepend_path"] + os.pathsep + environment.get("PATH", "")
+        with open(self.directory / OUTPUT_LOG, "ab", buffering=0) as output:
+            try:
+                self.child = subprocess.Popen(
+                    config["command"],
+                    cwd=workdir,
+                    env=environment,
+                    stdin=subprocess.DEVNULL,
+                    stdout=output,
+                    stderr=subprocess.STDOUT,
+                    process_group=0,
+                )
+            except (FileNotFoundError, PermissionError) as error:
+                output.write(f"mlyard: cannot run {config['command'][0]!r}: {error.strerror}\n".encode())
+                return COMMAND_NOT_FOUND
+        # A signal that came while the child was being created had no child to go to.
+        if self.terminating_signal is not None:
+            self.on_signal(self.terminating_signal, None)
+        write_json_atomically(self.directory / STARTED_FILE, {"pid": self.child.pid, "started_at": time.time()})
+        return self.child.wait()
+
+    def _append_output(self, text: str) -> None:
+        with open(self.directory / OUTPUT_LOG, "a") as output:
+            output.write(text)
+
+    def _join_memory_cgroup(self, parent: Path, name: str, limit: int) -> None:
+        from mlyard import cgroups
+
+        try:
+            self.cgroup = cgroups.create_memory_cgroup(parent, name, limit)
+            cgroups.add_process(self.cgroup, os.getpid())
+        except OSError as error:
+            self.log(f"memory limit not enforced: {error}")
+            self.cgroup = None
+
+    def _cleanup(self) -> None:
+        if self.child is not None:
+            try:  # whatever the command left behind in its group goes with it
+                os.killpg(self.child.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        if self.cgroup is not None:
+            from mlyard import cgroups
+
+            cgroups.remove_cgroup(self.cgroup, keep_pid=os.getpid())
+
+
+def main(argv: list[str] | None = None) -> int:
+    arguments = sys.argv[1:] if argv is None else argv
+    if len(arguments) != 1:
+        print("usage: python -m mlyard.launcher REPLICA_DIRECTORY", file=sys.stderr)
+        return 2
+    return Launcher(Path(arguments[0])).run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""The mlyard server: HTTP API, database, controller loop and authentication."""

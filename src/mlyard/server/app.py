@@ -1,0 +1,82 @@
+"""The FastAPI application. Errors become HTTP answers here, and only here."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+
+from mlyard import __version__
+from mlyard.api_models import ErrorBody, FieldError, Health, field_errors, summarize
+from mlyard.backends.base import Backend
+from mlyard.errors import MlyardError
+from mlyard.server import auth
+from mlyard.server.controller import Controller
+from mlyard.server.db import Database
+from mlyard.server.routers import jobs, nodes, snapshots
+from mlyard.server.settings import ServerSettings
+from mlyard.storage import BlobStore
+
+API_PREFIX = "/api/v1"
+log = logging.getLogger("mlyard.server")
+
+
+async def _validation_error(_request: Request, error: RequestValidationError) -> JSONResponse:
+    details = field_errors(error.errors())
+    body = ErrorBody(error="invalid_request", message=f"invalid request: {summarize(details)}", details=details)
+    return JSONResponse(status_code=422, content=body.model_dump())
+
+
+async def _mlyard_error(_request: Request, error: MlyardError) -> JSONResponse:
+    details = [FieldError(field=error.field, message=error.message)] if error.field else []
+    body = ErrorBody(error=error.code, message=error.message, details=details)
+    headers = {"WWW-Authenticate": "Bearer"} if error.http_status == 401 else None
+    return JSONResponse(status_code=error.http_status, content=body.model_dump(), headers=headers)
+
+
+def create_app(settings: ServerSettings, *, backend: Backend | None = None) -> FastAPI:
+    """The server's application; the lifespan migrates the database and runs the controller."""
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        from mlyard.backends.local import LocalBackend
+
+        settings.paths.home.mkdir(parents=True, exist_ok=True)
+        database = Database.open(settings.effective_database_url)
+        auth.ensure_admin(database, settings.paths.admin_token)
+        blobs = BlobStore(settings.paths.blobs)
+        chosen = backend or LocalBackend(cpus=settings.node_cpus, memory_bytes=settings.node_memory)
+        controller = Controller(database=database, backend=chosen, settings=settings, blobs=blobs)
+        app.state.database, app.state.blobs, app.state.controller = database, blobs, controller
+        controller.start()
+        log.info("mlyard %s serving %s with the %s backend", __version__, settings.url, chosen.name)
+        try:
+            yield
+        finally:
+            controller.stop()
+            database.close()
+
+    app = FastAPI(
+        title="mlyard",
+        version=__version__,
+        description="Queue, gang-schedule and run deep-learning training jobs.",
+        lifespan=lifespan,
+        openapi_url=f"{API_PREFIX}/openapi.json",
+        docs_url=f"{API_PREFIX}/docs",
+        redoc_url=None,
+    )
+    app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_exception_handler(MlyardError, _mlyard_error)
+
+    @app.get(f"{API_PREFIX}/health", response_model=Health, tags=["health"])
+    def health() -> Health:
+        """Answers without a token: for probes and for `mlyard server start` to wait on."""
+        return Health(status="ok", version=__version__)
+
+    for router in (jobs.router, nodes.router, snapshots.router):
+        app.include_router(router, prefix=API_PREFIX)
+    return app

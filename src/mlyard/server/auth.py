@@ -1,0 +1,119 @@
+"""Bearer tokens and the one access check every route goes through.
+
+Tokens are random strings handed out once; the database keeps only their sha256. At first
+start the server creates the `admin` user and writes its token to `MLYARD_HOME/admin.token`
+(mode 0600), where the CLI on the same machine finds it. Each job attempt gets a token scoped
+to its job, revoked when the job ends.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import os
+import secrets
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from mlyard.errors import Forbidden, Unauthorized
+from mlyard.server.db import Database
+from mlyard.server.rows import ApiTokenRow, UserRow
+
+TOKEN_PREFIX = "mly_"
+
+
+class Action(enum.Enum):
+    READ = "read"
+    WRITE = "write"
+
+
+@dataclass(frozen=True)
+class Principal:
+    """Who is calling: a user, or a job's replicas (job_id set)."""
+
+    name: str
+    user_id: int | None
+    is_admin: bool = False
+    job_id: int | None = None
+
+
+def hash_token(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def new_token() -> str:
+    return TOKEN_PREFIX + secrets.token_urlsafe(32)
+
+
+def issue_token(session: Session, *, name: str, user_id: int | None, job_id: int | None = None) -> str:
+    token = new_token()
+    session.add(
+        ApiTokenRow(token_hash=hash_token(token), name=name, user_id=user_id, job_id=job_id, created_at=time.time())
+    )
+    return token
+
+
+def revoke_job_tokens(session: Session, job_id: int) -> None:
+    now = time.time()
+    for row in session.scalars(select(ApiTokenRow).where(ApiTokenRow.job_id == job_id, ApiTokenRow.revoked_at.is_(None))):
+        row.revoked_at = now
+
+
+def _write_private(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(path.name + ".tmp")
+    temporary.unlink(missing_ok=True)
+    descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(descriptor, "w") as handle:
+        handle.write(text + "\n")
+    os.replace(temporary, path)
+
+
+def ensure_admin(database: Database, token_file: Path) -> None:
+    """Creates the admin user and its token file when missing. A lost token file gets a new
+    token (the old one cannot be recovered from its hash), so the local CLI always works."""
+    with database.transaction() as session:
+        admin = session.scalar(select(UserRow).where(UserRow.name == "admin"))
+        if admin is None:
+            admin = UserRow(name="admin", is_admin=True, created_at=time.time())
+            session.add(admin)
+            session.flush()
+        if token_file.exists():
+            stored = token_file.read_text().strip()
+            row = session.scalar(select(ApiTokenRow).where(ApiTokenRow.token_hash == hash_token(stored)))
+            if row is not None and row.revoked_at is None:
+                return
+        token = issue_token(session, name="admin (local CLI)", user_id=admin.id)
+    _write_private(token_file, token)
+
+
+def authenticate(database: Database, authorization: str | None) -> Principal:
+    if not authorization:
+        raise Unauthorized("missing bearer token: send 'Authorization: Bearer <token>'")
+    scheme, _, token = authorization.partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        raise Unauthorized("malformed Authorization header: expected 'Bearer <token>'")
+    with database.transaction() as session:
+        row = session.scalar(select(ApiTokenRow).where(ApiTokenRow.token_hash == hash_token(token.strip())))
+        if row is None or row.revoked_at is not None:
+            raise Unauthorized("invalid or revoked token")
+        if row.job_id is not None:
+            return Principal(name=f"job-{row.job_id}", user_id=row.user_id, job_id=row.job_id)
+        user = session.get(UserRow, row.user_id) if row.user_id is not None else None
+        if user is None:
+            raise Unauthorized("the token's user no longer exists")
+        return Principal(name=user.name, user_id=user.id, is_admin=user.is_admin)
+
+
+def authorize(principal: Principal, action: Action, *, job_id: int | None = None) -> None:
+    """The single access check. Users may do everything for now (projects and roles come
+    later); a job's token may only read its own job."""
+    if principal.job_id is None:
+        return
+    if action is Action.READ and job_id == principal.job_id:
+        return
+    raise Forbidden(f"a job token may only read job {principal.job_id}")

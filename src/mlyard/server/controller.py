@@ -1,0 +1,289 @@
+"""The controller: one background thread that makes the running world match the database.
+
+Each pass: observe the replicas of every unfinished attempt through the backend → decide
+what that means for their jobs (running, succeeded, failed, stop needed) → signal replicas
+that must stop (SIGTERM, then SIGKILL after the grace period) → ask the scheduler what to
+start → launch it. Backend calls never happen inside a database transaction. A pass runs
+whenever `wake()` is called (submission, cancellation) and otherwise on a short tick while
+anything is active.
+
+Words: an attempt is *holding* while its `finished_at` is unset: its replicas may exist and
+its resources are not free. A stop is *requested* when `stop_requested_at` is set; the job
+takes `stop_outcome` once no replica is left.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session, selectinload
+
+from mlyard.backends.base import AttemptLaunch, Backend, ReplicaLaunch, ReplicaObservation, ReplicaRef
+from mlyard.rendezvous import JobContext, ReplicaSlot, replica_environments
+from mlyard.scheduler import StartJob, decide
+from mlyard.server import auth
+from mlyard.server.cluster import snapshot as cluster_snapshot
+from mlyard.server.db import Database
+from mlyard.server.rows import AttemptRow, JobRow, NodeRow, ReplicaRow
+from mlyard.server.services.jobs import switch_status
+from mlyard.server.services.nodes import record_nodes
+from mlyard.server.settings import ServerSettings
+from mlyard.spec import JobSpec, JobStatus
+from mlyard.storage import BlobStore
+
+log = logging.getLogger("mlyard.controller")
+
+GONE = ("exited", "lost")
+
+
+@dataclass(frozen=True)
+class _Stop:
+    replicas: list[ReplicaRef]
+    force: bool
+
+
+def _ref(replica: ReplicaRow) -> ReplicaRef:
+    from pathlib import Path
+
+    return ReplicaRef(replica_id=replica.id, node=replica.node, directory=Path(replica.directory),
+                      pid=replica.pid, pid_started_at=replica.pid_started_at)
+
+
+def _holding_attempts(session: Session) -> list[AttemptRow]:
+    return list(
+        session.scalars(
+            select(AttemptRow)
+            .where(AttemptRow.finished_at.is_(None))
+            .options(selectinload(AttemptRow.replicas), selectinload(AttemptRow.job))
+            .order_by(AttemptRow.id)
+        )
+    )
+
+
+class Controller:
+    def __init__(self, *, database: Database, backend: Backend, settings: ServerSettings, blobs: BlobStore):
+        self.database = database
+        self.backend = backend
+        self.settings = settings
+        self.blobs = blobs
+        self._wake = threading.Event()
+        self._stopping = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    # ----------------------------------------------------------------- lifecycle
+    def start(self) -> None:
+        """Records the backend's nodes, settles attempts a previous server left half-launched,
+        and starts the loop. Replicas a previous server started are observed like any other."""
+        record_nodes(self.database, self.backend.name, self.backend.nodes())
+        self._settle_unlaunched_attempts()
+        self._thread = threading.Thread(target=self._loop, name="mlyard-controller", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    def _loop(self) -> None:
+        while not self._stopping.is_set():
+            try:
+                delay = self.reconcile_once()
+            except Exception:  # a bad pass must not end the loop; the next one retries
+                log.exception("controller pass failed")
+                delay = self.settings.idle_tick_seconds
+            self._wake.wait(timeout=delay)
+            self._wake.clear()
+
+    # ----------------------------------------------------------------- one pass
+    def reconcile_once(self) -> float:
+        """One pass; returns how long to sleep before the next unless woken."""
+        with self.database.transaction() as session:
+            references = [_ref(replica) for attempt in _holding_attempts(session)
+                          if attempt.launched_at is not None for replica in attempt.replicas]
+        observations = self.backend.observe(references) if references else {}
+        stops, transient = self._apply_observations(observations, time.time())
+        for stop in stops:
+            self.backend.stop(stop.replicas, force=stop.force)
+        started = self._schedule(time.time())
+        if transient or started:
+            return self.settings.busy_tick_seconds
+        return self.settings.idle_tick_seconds if not references else max(self.settings.busy_tick_seconds, 0.5)
+
+    def _apply_observations(
+        self, observations: dict[int, ReplicaObservation], now: float
+    ) -> tuple[list[_Stop], bool]:
+        stops: list[_Stop] = []
+        transient = False
+        with self.database.transaction() as session:
+            for attempt in _holding_attempts(session):
+                if attempt.launched_at is None:
+                    continue
+                self._record_replicas(attempt, observations, now)
+                job = attempt.job
+                replicas = attempt.replicas
+                if JobStatus(job.status) is JobStatus.STARTING and all(r.state in ("running", *GONE) for r in replicas):
+                    attempt.running_at = now
+                    switch_status(session, job, JobStatus.RUNNING, now=now)
+                all_gone = all(r.state in GONE for r in replicas)
+                if attempt.stop_requested_at is None:
+                    self._judge(session, attempt, all_gone, now)
+                if attempt.stop_requested_at is not None:
+                    if all_gone:
+                        attempt.finished_at = now
+                        switch_status(session, job, JobStatus(attempt.stop_outcome), message=attempt.stop_reason, now=now)
+                    else:
+                        transient = True
+                        stops.append(_Stop(
+                            replicas=[_ref(r) for r in replicas if r.state not in GONE],
+                            force=now >= (attempt.stop_deadline or now),
+                        ))
+                elif JobStatus(job.status) is JobStatus.STARTING:
+                    transient = True
+        return stops, transient
+
+    @staticmethod
+    def _record_replicas(attempt: AttemptRow, observations: dict[int, ReplicaObservation], now: float) -> None:
+        for replica in attempt.replicas:
+            observation = observations.get(replica.id)
+            if observation is None or replica.state in GONE:
+                continue
+            replica.state = observation.state
+            replica.started_at = replica.started_at or observation.started_at
+            if observation.is_gone:
+                replica.exit_code = observation.exit_code
+                replica.finished_at = observation.finished_at or now
+
+    def _judge(self, session: Session, attempt: AttemptRow, all_gone: bool, now: float) -> None:
+        """Decides whether an attempt with no stop in progress must stop, or has succeeded."""
+        job = attempt.job
+        spec = JobSpec.model_validate(job.spec)
+        failed = next((r for r in attempt.replicas if r.state == "lost" or (r.state == "exited" and r.exit_code != 0)), None)
+        if job.cancel_requested_at is not None:
+            self._request_stop(attempt, JobStatus.CANCELLED, "cancelled by request", now)
+        elif failed is not None:
+            if failed.state == "lost":
+                reason = f"replica {failed.name} (rank {failed.rank}) disappeared without an exit status"
+            else:
+                reason = f"replica {failed.name} (rank {failed.rank}) exited with code {failed.exit_code}"
+            job.exit_code = failed.exit_code
+            self._request_stop(attempt, JobStatus.FAILED, reason, now)
+        elif spec.max_runtime is not None and now - attempt.launched_at > spec.max_runtime:
+            self._request_stop(attempt, JobStatus.FAILED, f"exceeded its max_runtime of {spec.max_runtime:g}s", now)
+        elif all_gone:
+            attempt.finished_at = now
+            job.exit_code = 0
+            switch_status(session, job, JobStatus.SUCCEEDED, now=now)
+
+    def _request_stop(self, attempt: AttemptRow, outcome: JobStatus, reason: str, now: float) -> None:
+        attempt.stop_requested_at = now
+        attempt.stop_deadline = now + self.settings.stop_grace_seconds
+        attempt.stop_outcome = outcome.value
+        attempt.stop_reason = reason
+        log.info("job %s attempt %s: stopping (%s)", attempt.job_id, attempt.number, reason)
+
+    # ----------------------------------------------------------------- scheduling
+    def _schedule(self, now: float) -> bool:
+        with self.database.transaction() as session:
+            queued = session.scalars(
+                select(JobRow).where(JobRow.status == JobStatus.QUEUED.value).order_by(JobRow.submitted_at, JobRow.id)
+            ).all()
+            if not queued:
+                return False
+            nodes = session.scalars(select(NodeRow)).all()
+            addresses = {node.name: node.address for node in nodes}
+            snapshot = cluster_snapshot(nodes, _holding_attempts(session), queued)
+        decisions = decide(snapshot, now)
+        for decision in decisions:
+            self._start(decision, addresses)
+        return bool(decisions)
+
+    def _start(self, decision: StartJob, addresses: dict[str, str]) -> None:
+        count = len(decision.placements)
+        ports = self.backend.reserve_ports(decision.placements[0].node, count + 1)
+        now = time.time()
+        with self.database.transaction() as session:
+            job = session.get(JobRow, decision.job_id)
+            if job is None or JobStatus(job.status) is not JobStatus.QUEUED:
+                return
+            spec = JobSpec.model_validate(job.spec)
+            job.attempt_count += 1
+            attempt = AttemptRow(job_id=job.id, number=job.attempt_count, created_at=now, master_port=ports[0])
+            session.add(attempt)
+            session.flush()
+            slots, rows = [], []
+            for rank, placement in enumerate(decision.placements):
+                name = f"{placement.role}-{placement.index}"
+                row = ReplicaRow(
+                    attempt_id=attempt.id, job_id=job.id, role=placement.role, index=placement.index, rank=rank,
+                    node=placement.node, cpu_ids=list(placement.cpu_ids), gpu_ids=list(placement.gpu_ids),
+                    memory_bytes=placement.memory_bytes, state="pending",
+                    directory=str(self.settings.paths.replica_directory(job.id, attempt.number, name)),
+                )
+                session.add(row)
+                rows.append(row)
+                slots.append(ReplicaSlot(
+                    role=placement.role, index=placement.index, rank=rank, node=placement.node,
+                    address=addresses[placement.node], port=ports[rank + 1],
+                    cpu_count=len(placement.cpu_ids), gpu_ids=tuple(placement.gpu_ids),
+                ))
+            session.flush()
+            token = auth.issue_token(session, name=f"job {job.id} attempt {attempt.number}", user_id=job.owner_id,
+                                     job_id=job.id)
+            switch_status(session, job, JobStatus.SCHEDULED, message=None, now=now)
+            checkpoint_directory = self.settings.paths.checkpoint_directory(job.id)
+            context = JobContext(job_id=job.id, attempt=attempt.number, api_url=self.settings.url, token=token,
+                                 checkpoint_directory=str(checkpoint_directory), master_port=ports[0])
+            environments = replica_environments(spec, slots, context)
+            roles = {role.name: role for role in spec.roles}
+            launch = AttemptLaunch(
+                job_id=job.id,
+                attempt=attempt.number,
+                replicas=tuple(
+                    ReplicaLaunch(
+                        replica_id=row.id, name=row.name, rank=row.rank, node=row.node, cpu_ids=tuple(row.cpu_ids),
+                        gpu_ids=tuple(row.gpu_ids), memory_bytes=row.memory_bytes,
+                        command=tuple(spec.command_for(roles[row.role])), env=environment,
+                        directory=self.settings.paths.replica_directory(job.id, attempt.number, row.name),
+                        snapshot=self.blobs.path_for(job.snapshot) if job.snapshot else None,
+                    )
+                    for row, environment in zip(rows, environments, strict=True)
+                ),
+            )
+            attempt_id = attempt.id
+        try:
+            checkpoint_directory.mkdir(parents=True, exist_ok=True)
+            handles = self.backend.launch(launch)
+        except Exception as error:
+            log.exception("job %s: launch failed", decision.job_id)
+            with self.database.transaction() as session:
+                attempt = session.get(AttemptRow, attempt_id)
+                attempt.finished_at = time.time()
+                switch_status(session, attempt.job, JobStatus.FAILED, message=f"could not start: {error}")
+            return
+        with self.database.transaction() as session:
+            attempt = session.get(AttemptRow, attempt_id)
+            by_id = {replica.id: replica for replica in attempt.replicas}
+            for handle in handles:
+                by_id[handle.replica_id].pid = handle.pid
+                by_id[handle.replica_id].pid_started_at = handle.pid_started_at
+            attempt.launched_at = time.time()
+            switch_status(session, attempt.job, JobStatus.STARTING, now=attempt.launched_at)
+        log.info("job %s attempt %s: launched %d replicas", decision.job_id, attempt.number, count)
+
+    def _settle_unlaunched_attempts(self) -> None:
+        """An attempt with no recorded launch was interrupted by a server stop between
+        scheduling and launching; its job cannot tell what ran, so it fails with that reason."""
+        with self.database.transaction() as session:
+            for attempt in _holding_attempts(session):
+                if attempt.launched_at is None:
+                    attempt.finished_at = time.time()
+                    switch_status(session, attempt.job, JobStatus.FAILED,
+                                  message="the server stopped while this job was being started")

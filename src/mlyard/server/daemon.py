@@ -1,0 +1,115 @@
+"""Running the server in the foreground, and starting/stopping it in the background.
+
+A background server is `python -m mlyard server run` in a session of its own, with its pid in
+`MLYARD_HOME/server.pid`, its output in `server.log` and its URL in `server.json`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+
+import httpx
+import psutil
+
+from mlyard.config import Paths
+from mlyard.errors import MlyardError
+from mlyard.server.settings import ServerSettings
+
+START_TIMEOUT = 60.0
+STOP_TIMEOUT = 30.0
+
+
+@dataclass(frozen=True)
+class ServerState:
+    running: bool
+    pid: int | None
+    url: str | None
+
+
+def state(paths: Paths) -> ServerState:
+    try:
+        pid = int(paths.server_pid.read_text().strip())
+    except (OSError, ValueError):
+        return ServerState(running=False, pid=None, url=None)
+    try:
+        url = json.loads(paths.server_info.read_text())["url"]
+    except (OSError, ValueError, KeyError):
+        url = None
+    alive = psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    return ServerState(running=alive, pid=pid if alive else None, url=url)
+
+
+def run_foreground(settings: ServerSettings) -> None:
+    import uvicorn
+
+    from mlyard.server.app import create_app
+
+    paths = settings.paths
+    paths.home.mkdir(parents=True, exist_ok=True)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    paths.server_pid.write_text(str(os.getpid()))
+    paths.server_info.write_text(json.dumps({"url": settings.url, "pid": os.getpid()}))
+    try:
+        uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level="warning",
+                    timeout_graceful_shutdown=5)
+    finally:
+        if paths.server_pid.exists() and paths.server_pid.read_text().strip() == str(os.getpid()):
+            paths.server_pid.unlink(missing_ok=True)
+
+
+def start_background(settings: ServerSettings) -> ServerState:
+    paths = settings.paths
+    current = state(paths)
+    if current.running:
+        return current
+    paths.home.mkdir(parents=True, exist_ok=True)
+    with open(paths.server_log, "ab") as log_file:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "mlyard", "server", "run", "--host", settings.host, "--port", str(settings.port)],
+            stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True,
+            env={**os.environ, "MLYARD_HOME": str(paths.home)},
+        )
+    deadline = time.monotonic() + START_TIMEOUT
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise MlyardError(f"the server exited at start (code {process.returncode}); "
+                              f"its log ends with: {_log_tail(paths)}")
+        try:
+            if httpx.get(f"{settings.url}/api/v1/health", timeout=1).is_success:
+                return ServerState(running=True, pid=process.pid, url=settings.url)
+        except httpx.TransportError:
+            pass
+        time.sleep(0.2)
+    process.terminate()
+    raise MlyardError(f"the server did not answer within {START_TIMEOUT:.0f}s; see {paths.server_log}")
+
+
+def stop_background(paths: Paths) -> ServerState:
+    current = state(paths)
+    if not current.running or current.pid is None:
+        paths.server_pid.unlink(missing_ok=True)
+        return current
+    os.kill(current.pid, signal.SIGTERM)
+    try:
+        psutil.Process(current.pid).wait(timeout=STOP_TIMEOUT)
+    except psutil.TimeoutExpired:
+        os.kill(current.pid, signal.SIGKILL)
+    except psutil.NoSuchProcess:
+        pass
+    paths.server_pid.unlink(missing_ok=True)
+    return current
+
+
+def _log_tail(paths: Paths) -> str:
+    try:
+        lines = [line for line in paths.server_log.read_text(errors="replace").splitlines() if line.strip()]
+    except OSError:
+        return "(no log)"
+    return lines[-1] if lines else "(empty log)"

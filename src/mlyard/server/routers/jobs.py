@@ -1,0 +1,56 @@
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Query, status
+
+from mlyard.api_models import ErrorBody, JobDetail, JobInfo, LogChunk
+from mlyard.server.routers.dependencies import DatabaseDependency, PrincipalDependency, WakeDependency
+from mlyard.server.services import jobs, logs
+from mlyard.spec import JobSpec, JobStatus
+
+router = APIRouter(prefix="/jobs", tags=["jobs"])
+ERRORS = {401: {"model": ErrorBody}, 404: {"model": ErrorBody}, 422: {"model": ErrorBody}}
+
+
+@router.post("", status_code=status.HTTP_201_CREATED, response_model=JobInfo, responses=ERRORS)
+def submit_job(spec: JobSpec, database: DatabaseDependency, caller: PrincipalDependency, wake: WakeDependency) -> JobInfo:
+    """Queues a job. It starts when the scheduler finds room for all its replicas at once."""
+    return jobs.submit(database, caller, spec, wake=wake)
+
+
+@router.get("", response_model=list[JobInfo], responses=ERRORS)
+def list_jobs(
+    database: DatabaseDependency,
+    caller: PrincipalDependency,
+    status_filter: Annotated[list[JobStatus] | None, Query(alias="status")] = None,
+    include_finished: Annotated[bool, Query(alias="all")] = False,
+    limit: Annotated[int, Query(ge=1, le=10000)] = 200,
+) -> list[JobInfo]:
+    """Jobs newest first; unfinished ones unless `all` or a `status` filter is given."""
+    return jobs.list_jobs(database, caller, statuses=status_filter or (), include_finished=include_finished, limit=limit)
+
+
+@router.get("/{job_id}", response_model=JobDetail, responses=ERRORS)
+def get_job(job_id: int, database: DatabaseDependency, caller: PrincipalDependency) -> JobDetail:
+    return jobs.get_job(database, caller, job_id)
+
+
+@router.post("/{job_id}/cancel", response_model=JobInfo, responses={**ERRORS, 409: {"model": ErrorBody}})
+def cancel_job(job_id: int, database: DatabaseDependency, caller: PrincipalDependency, wake: WakeDependency) -> JobInfo:
+    """A queued job ends at once; a running one gets SIGTERM, a grace period, then SIGKILL."""
+    return jobs.cancel(database, caller, job_id, wake=wake)
+
+
+@router.get("/{job_id}/logs", response_model=LogChunk, responses=ERRORS)
+def job_logs(
+    job_id: int,
+    database: DatabaseDependency,
+    caller: PrincipalDependency,
+    replica: str | None = None,
+    attempt: Annotated[int | None, Query(ge=1)] = None,
+    offset: Annotated[int, Query(ge=0)] = 0,
+    limit: Annotated[int, Query(ge=1, le=1024 * 1024)] = 1024 * 1024,
+) -> LogChunk:
+    """A replica's combined stdout/stderr from `offset`; follow by asking again from `next_offset`."""
+    return logs.read_log(database, caller, job_id, replica=replica, attempt=attempt, offset=offset, limit=limit)

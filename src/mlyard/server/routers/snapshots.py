@@ -1,0 +1,51 @@
+from __future__ import annotations
+
+import os
+import tempfile
+from typing import Annotated
+
+from fastapi import APIRouter, Path, Request, status
+from starlette.concurrency import run_in_threadpool
+
+from mlyard.api_models import ErrorBody, SnapshotInfo
+from mlyard.errors import PayloadTooLarge
+from mlyard.server.routers.dependencies import DatabaseDependency, PrincipalDependency
+from mlyard.server.services import snapshots
+from mlyard.storage import DEFAULT_MAX_SNAPSHOT_BYTES, format_megabytes
+
+router = APIRouter(prefix="/snapshots", tags=["snapshots"])
+Digest = Annotated[str, Path(pattern=r"^[0-9a-f]{64}$")]
+
+
+@router.put(
+    "/{digest}",
+    status_code=status.HTTP_201_CREATED,
+    response_model=SnapshotInfo,
+    responses={401: {"model": ErrorBody}, 413: {"model": ErrorBody}, 422: {"model": ErrorBody}},
+)
+async def upload_snapshot(digest: Digest, request: Request, caller: PrincipalDependency) -> SnapshotInfo:
+    """Stores a gzip tarball of a code directory under its sha256. The archive is checked
+    before it enters the store (no absolute paths, `..`, links out, devices)."""
+    declared = int(request.headers.get("content-length") or 0)
+    if declared > DEFAULT_MAX_SNAPSHOT_BYTES:
+        raise PayloadTooLarge(f"snapshot of {format_megabytes(declared)} is over the "
+                              f"{format_megabytes(DEFAULT_MAX_SNAPSHOT_BYTES)} limit")
+    # The body is spooled first so the blocking store and the database work off the event loop.
+    with tempfile.TemporaryFile() as spool:
+        received = 0
+        async for chunk in request.stream():
+            received += len(chunk)
+            if received > DEFAULT_MAX_SNAPSHOT_BYTES:
+                raise PayloadTooLarge(f"snapshot is over the {format_megabytes(DEFAULT_MAX_SNAPSHOT_BYTES)} limit")
+            spool.write(chunk)
+        spool.seek(0, os.SEEK_SET)
+        chunks = iter(lambda: spool.read(1024 * 1024), b"")
+        return await run_in_threadpool(
+            snapshots.store_snapshot, request.app.state.database, request.app.state.blobs, caller, chunks,
+            expected_digest=digest,
+        )
+
+
+@router.get("/{digest}", response_model=SnapshotInfo, responses={401: {"model": ErrorBody}, 404: {"model": ErrorBody}})
+def get_snapshot(digest: Digest, database: DatabaseDependency, caller: PrincipalDependency) -> SnapshotInfo:
+    return snapshots.get_snapshot(database, caller, digest)

@@ -1,0 +1,170 @@
+"""ORM rows: the database is the only source of truth.
+
+Times are UTC seconds since the epoch (floats), the unit the scheduler works in.
+Schema changes go through an Alembic migration in `migrations/versions/`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import JSON, BigInteger, Boolean, Float, ForeignKey, Index, Integer, String, Text
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class UserRow(Base):
+    """A person or a service account. Projects and roles come on top of this row."""
+
+    __tablename__ = "users"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(128), unique=True)
+    is_admin: Mapped[bool] = mapped_column(Boolean, default=False)
+    created_at: Mapped[float] = mapped_column(Float)
+
+
+class ApiTokenRow(Base):
+    """A bearer token, stored as its sha256 only. A token with `job_id` set is scoped to that
+    job (handed to its replicas) and dies with it."""
+
+    __tablename__ = "api_tokens"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    token_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    name: Mapped[str] = mapped_column(String(128))
+    user_id: Mapped[int | None] = mapped_column(ForeignKey("users.id"), nullable=True)
+    job_id: Mapped[int | None] = mapped_column(ForeignKey("jobs.id"), nullable=True, index=True)
+    created_at: Mapped[float] = mapped_column(Float)
+    revoked_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+
+
+class JobRow(Base):
+    __tablename__ = "jobs"
+    __table_args__ = (Index("ix_jobs_status_submitted", "status", "submitted_at"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(63))
+    project: Mapped[str] = mapped_column(String(63), default="default")
+    queue: Mapped[str] = mapped_column(String(63), default="default")
+    priority: Mapped[int] = mapped_column(Integer, default=0)
+    owner_id: Mapped[int | None] = mapped_column(ForeignKey("users.id"), nullable=True)
+    spec: Mapped[dict[str, Any]] = mapped_column(JSON)
+    snapshot: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    status: Mapped[str] = mapped_column(String(16))
+    """Changed only by `services.jobs.switch_status`, which checks the transition and records an event."""
+    message: Mapped[str | None] = mapped_column(Text, nullable=True)
+    exit_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    attempt_count: Mapped[int] = mapped_column(Integer, default=0)
+    submitted_at: Mapped[float] = mapped_column(Float)
+    updated_at: Mapped[float] = mapped_column(Float)
+    started_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    finished_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    cancel_requested_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+
+    attempts: Mapped[list[AttemptRow]] = relationship(
+        back_populates="job", order_by="AttemptRow.number", cascade="all, delete-orphan"
+    )
+    events: Mapped[list[JobEventRow]] = relationship(
+        back_populates="job", order_by="JobEventRow.id", cascade="all, delete-orphan"
+    )
+
+
+class AttemptRow(Base):
+    """One start of a whole job. `stop_*` columns record a stop in progress: the controller
+    sends SIGTERM, escalates to SIGKILL after `stop_deadline`, and applies `stop_outcome` to the
+    job once no replica is left."""
+
+    __tablename__ = "attempts"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id"), index=True)
+    number: Mapped[int] = mapped_column(Integer)
+    master_port: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    created_at: Mapped[float] = mapped_column(Float)
+    launched_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    running_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    finished_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    stop_requested_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    stop_deadline: Mapped[float | None] = mapped_column(Float, nullable=True)
+    stop_outcome: Mapped[str | None] = mapped_column(String(16), nullable=True)
+    stop_reason: Mapped[str | None] = mapped_column(Text, nullable=True)
+
+    job: Mapped[JobRow] = relationship(back_populates="attempts")
+    replicas: Mapped[list[ReplicaRow]] = relationship(
+        back_populates="attempt", order_by="ReplicaRow.rank", cascade="all, delete-orphan"
+    )
+
+
+class ReplicaRow(Base):
+    """One process of an attempt. `state`: pending → running → exited | lost."""
+
+    __tablename__ = "replicas"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    attempt_id: Mapped[int] = mapped_column(ForeignKey("attempts.id"), index=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id"), index=True)
+    role: Mapped[str] = mapped_column(String(63))
+    index: Mapped[int] = mapped_column(Integer)
+    rank: Mapped[int] = mapped_column(Integer)
+    node: Mapped[str] = mapped_column(String(255))
+    cpu_ids: Mapped[list[int]] = mapped_column(JSON)
+    gpu_ids: Mapped[list[int]] = mapped_column(JSON)
+    memory_bytes: Mapped[int] = mapped_column(BigInteger)
+    directory: Mapped[str] = mapped_column(Text)
+    state: Mapped[str] = mapped_column(String(16), default="pending")
+    pid: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    pid_started_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    exit_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    started_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    finished_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+
+    attempt: Mapped[AttemptRow] = relationship(back_populates="replicas")
+
+    @property
+    def name(self) -> str:
+        return f"{self.role}-{self.index}"
+
+
+class JobEventRow(Base):
+    __tablename__ = "job_events"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id"), index=True)
+    at: Mapped[float] = mapped_column(Float)
+    from_status: Mapped[str | None] = mapped_column(String(16), nullable=True)
+    to_status: Mapped[str] = mapped_column(String(16))
+    message: Mapped[str | None] = mapped_column(Text, nullable=True)
+
+    job: Mapped[JobRow] = relationship(back_populates="events")
+
+
+class NodeRow(Base):
+    """A machine that runs replicas, as its backend last reported it."""
+
+    __tablename__ = "nodes"
+
+    name: Mapped[str] = mapped_column(String(255), primary_key=True)
+    backend: Mapped[str] = mapped_column(String(32))
+    address: Mapped[str] = mapped_column(String(255))
+    cpu_ids: Mapped[list[int]] = mapped_column(JSON)
+    memory_bytes: Mapped[int] = mapped_column(BigInteger)
+    gpus: Mapped[list[dict[str, Any]]] = mapped_column(JSON)
+    labels: Mapped[dict[str, str]] = mapped_column(JSON)
+    notes: Mapped[list[str]] = mapped_column(JSON)
+    """What the node cannot do, in words (e.g. memory limits not enforced and why)."""
+    updated_at: Mapped[float] = mapped_column(Float)
+
+
+class SnapshotRow(Base):
+    """A code snapshot in the blob store, by sha256."""
+
+    __tablename__ = "snapshots"
+
+    digest: Mapped[str] = mapped_column(String(64), primary_key=True)
+    size: Mapped[int] = mapped_column(BigInteger)
+    created_at: Mapped[float] = mapped_column(Float)
+    uploaded_by: Mapped[int | None] = mapped_column(ForeignKey("users.id"), nullable=True)

@@ -1,0 +1,194 @@
+"""Jobs: submission, queries, cancellation, and the one function that changes a job's status.
+
+Everything here only reads and writes rows; starting and stopping processes is the
+controller's work, which `submit` and `cancel` wake through the `wake` callback.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session, selectinload
+
+from mlyard.api_models import AttemptInfo, EventInfo, JobDetail, JobInfo, ReplicaInfo
+from mlyard.errors import Conflict, InvalidTransition, NotFound, Unschedulable
+from mlyard.scheduler import unschedulable_reason
+from mlyard.server import auth, logfiles
+from mlyard.server.cluster import replica_requests, scheduler_node
+from mlyard.server.db import Database
+from mlyard.server.rows import AttemptRow, JobEventRow, JobRow, NodeRow, SnapshotRow
+from mlyard.spec import JobSpec, JobStatus, can_transition
+
+LOG_TAIL_LINES = 20
+
+
+def switch_status(
+    session: Session, job: JobRow, target: JobStatus, *, message: str | None = None, now: float | None = None
+) -> None:
+    """The only place a job's status changes: checks the transition, stamps the times,
+    records an event, and revokes the job's token when it ends."""
+    current = JobStatus(job.status)
+    if not can_transition(current, target):
+        raise InvalidTransition(f"job {job.id}: {current.value} → {target.value} is not allowed")
+    now = time.time() if now is None else now
+    job.status = target.value
+    job.updated_at = now
+    if message is not None:
+        job.message = message
+    if target is JobStatus.RUNNING and job.started_at is None:
+        job.started_at = now
+    if target.is_terminal:
+        job.finished_at = now
+        auth.revoke_job_tokens(session, job.id)
+    session.add(JobEventRow(job_id=job.id, at=now, from_status=current.value, to_status=target.value, message=message))
+
+
+def submit(
+    database: Database, principal: auth.Principal, spec: JobSpec, *, wake: Callable[[], None]
+) -> JobInfo:
+    auth.authorize(principal, auth.Action.WRITE)
+    with database.transaction() as session:
+        if spec.snapshot is not None and session.get(SnapshotRow, spec.snapshot) is None:
+            raise NotFound(f"snapshot {spec.snapshot[:12]} is not on the server; upload it first", field="snapshot")
+        nodes = [scheduler_node(row) for row in session.scalars(select(NodeRow))]
+        reason = unschedulable_reason(tuple(nodes), replica_requests(spec))
+        if reason is not None:
+            raise Unschedulable(f"job {spec.name!r} can never run here: {reason}", field="roles")
+        now = time.time()
+        job = JobRow(
+            name=spec.name,
+            project=spec.project,
+            queue=spec.queue,
+            priority=spec.priority,
+            owner_id=principal.user_id,
+            spec=spec.model_dump(mode="json"),
+            snapshot=spec.snapshot,
+            status=JobStatus.QUEUED.value,
+            attempt_count=0,
+            submitted_at=now,
+            updated_at=now,
+        )
+        session.add(job)
+        session.flush()
+        session.add(JobEventRow(job_id=job.id, at=now, from_status=None, to_status=JobStatus.QUEUED.value,
+                                message=f"submitted by {principal.name}"))
+        info = job_info(job)
+    wake()
+    return info
+
+
+def list_jobs(
+    database: Database, principal: auth.Principal, *, statuses: Sequence[JobStatus] = (), include_finished: bool = False,
+    limit: int = 200,
+) -> list[JobInfo]:
+    auth.authorize(principal, auth.Action.READ, job_id=principal.job_id)
+    query = select(JobRow).order_by(JobRow.id.desc()).limit(limit)
+    if statuses:
+        query = query.where(JobRow.status.in_([status.value for status in statuses]))
+    elif not include_finished:
+        terminal = [status.value for status in JobStatus if status.is_terminal]
+        query = query.where(JobRow.status.not_in(terminal))
+    if principal.job_id is not None:
+        query = query.where(JobRow.id == principal.job_id)
+    with database.transaction() as session:
+        return [job_info(row) for row in session.scalars(query)]
+
+
+def get_job(database: Database, principal: auth.Principal, job_id: int) -> JobDetail:
+    auth.authorize(principal, auth.Action.READ, job_id=job_id)
+    with database.transaction() as session:
+        job = session.scalar(
+            select(JobRow)
+            .where(JobRow.id == job_id)
+            .options(selectinload(JobRow.attempts).selectinload(AttemptRow.replicas), selectinload(JobRow.events))
+        )
+        if job is None:
+            raise NotFound(f"job {job_id} does not exist")
+        detail = JobDetail(
+            **job_info(job).model_dump(),
+            attempts=[attempt_info(attempt) for attempt in job.attempts],
+            events=[
+                EventInfo(at=event.at, from_status=event.from_status, to_status=event.to_status, message=event.message)
+                for event in job.events
+            ],
+        )
+        latest = job.attempts[-1] if job.attempts else None
+    if latest is not None:
+        detail.log_tail = {
+            replica.name: logfiles.tail(replica.directory, LOG_TAIL_LINES) for replica in latest.replicas
+        }
+    return detail
+
+
+def cancel(database: Database, principal: auth.Principal, job_id: int, *, wake: Callable[[], None]) -> JobInfo:
+    """A queued job is cancelled at once; an active one is marked, and the controller stops
+    its replicas (SIGTERM, grace period, SIGKILL) before it becomes CANCELLED."""
+    auth.authorize(principal, auth.Action.WRITE, job_id=job_id)
+    with database.transaction() as session:
+        job = session.get(JobRow, job_id)
+        if job is None:
+            raise NotFound(f"job {job_id} does not exist")
+        status = JobStatus(job.status)
+        if status.is_terminal:
+            raise Conflict(f"job {job_id} has already ended ({status.value})")
+        if status in (JobStatus.QUEUED, JobStatus.PREEMPTED):
+            switch_status(session, job, JobStatus.CANCELLED, message=f"cancelled by {principal.name}")
+        elif job.cancel_requested_at is None:
+            job.cancel_requested_at = time.time()
+            job.updated_at = job.cancel_requested_at
+        info = job_info(job)
+    wake()
+    return info
+
+
+def job_info(job: JobRow) -> JobInfo:
+    spec = JobSpec.model_validate(job.spec)
+    return JobInfo(
+        id=job.id,
+        name=job.name,
+        project=job.project,
+        queue=job.queue,
+        priority=job.priority,
+        status=JobStatus(job.status),
+        message=job.message,
+        exit_code=job.exit_code,
+        replica_count=spec.replica_count,
+        attempt_count=job.attempt_count,
+        snapshot=job.snapshot,
+        submitted_at=job.submitted_at,
+        started_at=job.started_at,
+        finished_at=job.finished_at,
+        spec=spec,
+    )
+
+
+def attempt_info(attempt: AttemptRow) -> AttemptInfo:
+    return AttemptInfo(
+        number=attempt.number,
+        created_at=attempt.created_at,
+        launched_at=attempt.launched_at,
+        running_at=attempt.running_at,
+        finished_at=attempt.finished_at,
+        stop_reason=attempt.stop_reason,
+        master_port=attempt.master_port,
+        replicas=[
+            ReplicaInfo(
+                name=replica.name,
+                role=replica.role,
+                index=replica.index,
+                rank=replica.rank,
+                node=replica.node,
+                state=replica.state,
+                pid=replica.pid,
+                exit_code=replica.exit_code,
+                cpu_ids=list(replica.cpu_ids),
+                gpu_ids=list(replica.gpu_ids),
+                memory_bytes=replica.memory_bytes,
+                started_at=replica.started_at,
+                finished_at=replica.finished_at,
+            )
+            for replica in attempt.replicas
+        ],
+    )

@@ -1,0 +1,248 @@
+"""The job specification and the job lifecycle, as pure values.
+
+A `JobSpec` is what a user submits (YAML or JSON). It validates everything it can without
+looking at a cluster; whether the job fits on any node is the scheduler's question.
+
+`JobStatus` and `ALLOWED_TRANSITIONS` define the lifecycle. Only
+`mlyard.server.services.jobs.switch_status` applies a transition; everything else asks
+`can_transition`.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+import re
+import shlex
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+_MEMORY_UNITS = {
+    "": 1,
+    "b": 1,
+    "k": 1000, "kb": 1000, "ki": 1024, "kib": 1024,
+    "m": 1000**2, "mb": 1000**2, "mi": 1024**2, "mib": 1024**2,
+    "g": 1000**3, "gb": 1000**3, "gi": 1024**3, "gib": 1024**3,
+    "t": 1000**4, "tb": 1000**4, "ti": 1024**4, "tib": 1024**4,
+}
+_QUANTITY = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
+_DURATION_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
+NAME_PATTERN = r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$"
+
+
+def parse_memory(value: int | float | str) -> int:
+    """Bytes from an int (bytes) or a quantity such as "512Mi", "2Gi", "1.5GB" or "4g"."""
+    if isinstance(value, bool):
+        raise ValueError("memory must be a number of bytes or a quantity such as 2Gi")
+    if isinstance(value, (int, float)):
+        number, unit = float(value), ""
+    else:
+        match = _QUANTITY.match(value)
+        if not match or match.group(2).lower() not in _MEMORY_UNITS:
+            raise ValueError(f"cannot read memory quantity {value!r}; write e.g. 512Mi, 2Gi or 4GB")
+        number, unit = float(match.group(1)), match.group(2).lower()
+    result = int(number * _MEMORY_UNITS[unit])
+    if result <= 0:
+        raise ValueError("memory must be greater than zero")
+    return result
+
+
+def parse_duration(value: int | float | str) -> float:
+    """Seconds from a number (seconds) or a string such as "90s", "10m", "2h", "1d"."""
+    if isinstance(value, bool):
+        raise ValueError("a duration is a number of seconds or a string such as 10m")
+    if isinstance(value, (int, float)):
+        seconds = float(value)
+    else:
+        match = _DURATION.match(value)
+        if not match:
+            raise ValueError(f"cannot read duration {value!r}; write e.g. 90s, 10m or 2h")
+        seconds = float(match.group(1)) * _DURATION_UNITS[match.group(2)]
+    if seconds <= 0:
+        raise ValueError("a duration must be greater than zero")
+    return seconds
+
+
+def format_bytes(value: int) -> str:
+    for unit, size in (("TiB", 1024**4), ("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
+        if value >= size:
+            return f"{value / size:.1f} {unit}"
+    return f"{value} B"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Resources(_Strict):
+    """What one replica needs. Embedded mode pins each replica to ceil(cpu) cores of its own."""
+
+    cpu: float = Field(default=1.0, gt=0, le=4096)
+    memory: int = Field(default=1024**3, description="bytes; accepts quantities such as 2Gi")
+    gpu: int = Field(default=0, ge=0, le=64)
+
+    @field_validator("memory", mode="before")
+    @classmethod
+    def _memory(cls, value: Any) -> int:
+        return parse_memory(value)
+
+    @property
+    def whole_cpus(self) -> int:
+        return math.ceil(self.cpu)
+
+
+class Role(_Strict):
+    """A group of identical replicas: `worker`, `chief`, `ps`, …"""
+
+    name: str = Field(default="worker", pattern=NAME_PATTERN)
+    replicas: int = Field(default=1, ge=1, le=1024)
+    resources: Resources = Field(default_factory=Resources)
+    command: list[str] | None = Field(default=None, description="overrides the job's command for this role")
+    env: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("command", mode="before")
+    @classmethod
+    def _command(cls, value: Any) -> Any:
+        return None if value is None else normalize_command(value)
+
+
+class RestartPolicy(_Strict):
+    """How often a failed job is started again from its last checkpoint."""
+
+    max_restarts: int = Field(default=0, ge=0, le=1000)
+    backoff_seconds: float = Field(default=10.0, ge=0, le=3600)
+
+
+class Elastic(_Strict):
+    """The range of worker replicas an elastic job accepts."""
+
+    min_replicas: int = Field(ge=1)
+    max_replicas: int = Field(ge=1)
+
+    @model_validator(mode="after")
+    def _range(self) -> Elastic:
+        if self.min_replicas > self.max_replicas:
+            raise ValueError("min_replicas must not exceed max_replicas")
+        return self
+
+
+Framework = Literal["pytorch", "tensorflow", "none"]
+
+
+def normalize_command(value: Any) -> list[str]:
+    """A command as an argv list; a string is run by /bin/sh so pipes and `&&` work."""
+    if isinstance(value, str):
+        if not value.strip():
+            raise ValueError("the command is empty")
+        return ["/bin/sh", "-c", value]
+    if isinstance(value, (list, tuple)):
+        if not value:
+            raise ValueError("the command is empty")
+        if not all(isinstance(part, str) for part in value):
+            raise ValueError("every part of the command must be a string")
+        if not value[0].strip():
+            raise ValueError("the command's program is empty")
+        return list(value)
+    raise ValueError("the command must be a string or a list of strings")
+
+
+class JobSpec(_Strict):
+    """A job as submitted. Unknown fields are errors, so a typo never silently does nothing."""
+
+    name: str = Field(pattern=NAME_PATTERN, description="lowercase letters, digits and dashes")
+    command: list[str]
+    roles: list[Role] = Field(default_factory=lambda: [Role()], min_length=1)
+    framework: Framework = "none"
+    env: dict[str, str] = Field(default_factory=dict)
+    max_runtime: float | None = Field(default=None, description="seconds; accepts 90s, 10m, 2h")
+    queue: str = Field(default="default", pattern=NAME_PATTERN)
+    project: str = Field(default="default", pattern=NAME_PATTERN)
+    priority: int = Field(default=0, ge=-1000, le=1000)
+    restart_policy: RestartPolicy = Field(default_factory=RestartPolicy)
+    elastic: Elastic | None = None
+    snapshot: Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")] | None = Field(
+        default=None, description="sha256 of the uploaded code snapshot"
+    )
+
+    @field_validator("command", mode="before")
+    @classmethod
+    def _command(cls, value: Any) -> list[str]:
+        return normalize_command(value)
+
+    @field_validator("max_runtime", mode="before")
+    @classmethod
+    def _max_runtime(cls, value: Any) -> float | None:
+        return None if value is None else parse_duration(value)
+
+    @field_validator("env")
+    @classmethod
+    def _env(cls, value: dict[str, str]) -> dict[str, str]:
+        for key in value:
+            if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", key):
+                raise ValueError(f"{key!r} is not a valid environment variable name")
+        return value
+
+    @model_validator(mode="after")
+    def _roles(self) -> JobSpec:
+        names = [role.name for role in self.roles]
+        duplicates = sorted({name for name in names if names.count(name) > 1})
+        if duplicates:
+            raise ValueError(f"role names must be unique; repeated: {', '.join(duplicates)}")
+        if self.elastic is not None and len(self.roles) != 1:
+            raise ValueError("an elastic job has exactly one role")
+        return self
+
+    @property
+    def replica_count(self) -> int:
+        return sum(role.replicas for role in self.roles)
+
+    def command_for(self, role: Role) -> list[str]:
+        return role.command or self.command
+
+    def display_command(self) -> str:
+        if self.command[:2] == ["/bin/sh", "-c"] and len(self.command) == 3:
+            return self.command[2]
+        return shlex.join(self.command)
+
+
+class JobStatus(str, enum.Enum):
+    QUEUED = "QUEUED"
+    SCHEDULED = "SCHEDULED"
+    STARTING = "STARTING"
+    RUNNING = "RUNNING"
+    RESTARTING = "RESTARTING"
+    PREEMPTED = "PREEMPTED"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    CANCELLED = "CANCELLED"
+
+    @property
+    def is_terminal(self) -> bool:
+        return self in TERMINAL_STATUSES
+
+    @property
+    def is_active(self) -> bool:
+        """True while processes of the job may exist."""
+        return self in (JobStatus.SCHEDULED, JobStatus.STARTING, JobStatus.RUNNING, JobStatus.RESTARTING)
+
+
+TERMINAL_STATUSES = frozenset({JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED})
+
+_S = JobStatus
+ALLOWED_TRANSITIONS: dict[JobStatus, frozenset[JobStatus]] = {
+    _S.QUEUED: frozenset({_S.SCHEDULED, _S.CANCELLED, _S.FAILED}),
+    _S.SCHEDULED: frozenset({_S.STARTING, _S.FAILED, _S.CANCELLED}),
+    _S.STARTING: frozenset({_S.RUNNING, _S.FAILED, _S.CANCELLED}),
+    _S.RUNNING: frozenset({_S.SUCCEEDED, _S.FAILED, _S.CANCELLED, _S.RESTARTING, _S.PREEMPTED}),
+    _S.RESTARTING: frozenset({_S.SCHEDULED, _S.FAILED, _S.CANCELLED}),
+    _S.PREEMPTED: frozenset({_S.QUEUED, _S.CANCELLED}),
+    _S.SUCCEEDED: frozenset(),
+    _S.FAILED: frozenset(),
+    _S.CANCELLED: frozenset(),
+}
+
+
+def can_transition(current: JobStatus, target: JobStatus) -> bool:
+    return target in ALLOWED_TRANSITIONS[current]

@@ -1,0 +1,234 @@
+"""Snapshot archives: validating and extracting them, and the symlink checks packing shares.
+
+Validation and extraction happen on the server and on worker machines, where the archive
+must be treated as hostile input.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import shutil
+import tarfile
+import zlib
+from collections.abc import Callable
+from pathlib import Path
+
+from mlyard.storage.errors import SnapshotError
+
+MAX_ARCHIVE_MEMBERS = 100_000
+
+# Follows the kernel's limit, so a symlink chain that would work on disk also works here.
+_MAX_LINK_EXPANSIONS = 40
+
+
+# --------------------------------------------------------------------------- link checks
+
+
+def _link_escapes(start: list[str], target: str, links: dict[str, str]) -> str | None:
+    """Resolve `target` from directory `start` the way the kernel would, using the
+    symlinks the snapshot itself defines (`links`: normalised name -> link target).
+
+    Returns None when the result stays inside the snapshot root, otherwise a short reason.
+    """
+    resolved = list(start)
+    pending = list(reversed(target.split("/")))
+    expansions = 0
+    while pending:
+        part = pending.pop()
+        if part in ("", "."):
+            continue
+        if part == "..":
+            if not resolved:
+                return "points outside the target directory"
+            resolved.pop()
+            continue
+        resolved.append(part)
+        link_target = links.get("/".join(resolved))
+        if link_target is None:
+            continue
+        expansions += 1
+        if expansions > _MAX_LINK_EXPANSIONS:
+            return "is part of a symlink loop"
+        if link_target.startswith("/"):
+            return "points outside the target directory through an absolute symlink"
+        # Continue from the directory holding the symlink, as the kernel does.
+        resolved.pop()
+        pending.extend(reversed(link_target.split("/")))
+    return None
+
+
+def check_symlinks(links: dict[str, str], describe: Callable[[str, str, str], str]) -> None:
+    """Raise `SnapshotError` for the first symlink (by name) that is empty, absolute or
+    resolves outside the snapshot root; `describe(name, target, reason)` words the message.
+
+    `pack_directory` uses it too, so it refuses what `validate_archive` would reject.
+    """
+    for name, target in sorted(links.items()):
+        if not target:
+            raise SnapshotError(describe(name, target, "has an empty target"))
+        if target.startswith("/"):
+            raise SnapshotError(describe(name, target, "has an absolute target"))
+        reason = _link_escapes(name.split("/")[:-1], target, links)
+        if reason is not None:
+            raise SnapshotError(describe(name, target, reason))
+
+
+# --------------------------------------------------------------------------- validation
+
+
+def _normalise_member_name(name: str, what: str) -> str:
+    if not name or "\x00" in name:
+        raise SnapshotError(f"snapshot archive {what} {name!r} has an invalid name")
+    if name.startswith("/"):
+        raise SnapshotError(f"snapshot archive {what} {name!r} has an absolute path")
+    normalised = posixpath.normpath(name)
+    if ".." in normalised.split("/"):
+        raise SnapshotError(
+            f"snapshot archive {what} {name!r} would resolve outside the target directory"
+        )
+    return normalised
+
+
+def _validate_members(archive: tarfile.TarFile) -> list[tarfile.TarInfo]:
+    """Check every member of an open archive; returns them in archive order."""
+    members: list[tarfile.TarInfo] = []
+    # Normalised name -> "dir", "file" or "link"; implicit parents count as "dir".
+    kinds: dict[str, str] = {}
+    links: dict[str, str] = {}
+    while True:
+        member = archive.next()
+        if member is None:
+            break
+        members.append(member)
+        if len(members) > MAX_ARCHIVE_MEMBERS:
+            raise SnapshotError(
+                f"snapshot archive has more than {MAX_ARCHIVE_MEMBERS} members"
+            )
+        label = f"member {member.name!r}"
+        if member.isdir():
+            kind = "dir"
+        elif member.isreg() or member.islnk():
+            kind = "file"
+        elif member.issym():
+            kind = "link"
+        else:
+            raise SnapshotError(
+                f"snapshot archive {label} is a device, FIFO or other special file"
+            )
+        name = _normalise_member_name(member.name, "member")
+        if name == ".":
+            if kind != "dir":
+                raise SnapshotError(f"snapshot archive {label} has an invalid name")
+            continue
+
+        parts = name.split("/")
+        for depth in range(1, len(parts)):
+            parent = "/".join(parts[:depth])
+            parent_kind = kinds.setdefault(parent, "dir")
+            if parent_kind == "link":
+                raise SnapshotError(f"snapshot archive {label} is written through a symlink")
+            if parent_kind != "dir":
+                raise SnapshotError(f"snapshot archive {label} is inside a file")
+        previous = kinds.get(name)
+        if previous is not None and not (previous == "dir" and kind == "dir"):
+            # tarfile replaces or writes through existing entries; nothing we pack repeats one.
+            raise SnapshotError(f"snapshot archive {label} appears more than once")
+        kinds[name] = kind
+
+        if member.islnk():
+            target = _normalise_member_name(member.linkname, f"hardlink {member.name!r} ->")
+            if kinds.get(target) != "file" or target == name:
+                raise SnapshotError(
+                    f"snapshot archive hardlink {member.name!r} -> {member.linkname!r} "
+                    "does not point to an earlier file in the archive"
+                )
+        elif member.issym():
+            links[name] = member.linkname
+    # Symlinks are checked once all are known: a later symlink can redirect an earlier one.
+    check_symlinks(
+        links,
+        lambda name, target, reason: f"snapshot archive symlink {name!r} -> {target!r} {reason}",
+    )
+    return members
+
+
+def _open_archive(path: Path) -> tarfile.TarFile:
+    try:
+        with open(path, "rb") as probe:
+            magic = probe.read(2)
+    except OSError as error:
+        raise SnapshotError(f"cannot read snapshot archive {path}: {error.strerror or error}") from error
+    if magic != b"\x1f\x8b":
+        raise SnapshotError(f"{path} is not a gzip-compressed tar archive")
+    try:
+        return tarfile.open(path, mode="r:gz")
+    except (tarfile.TarError, OSError, EOFError, zlib.error) as error:
+        raise SnapshotError(f"{path} is not a valid gzip-compressed tar archive: {error}") from error
+
+
+def _validate_open(archive: tarfile.TarFile, path: Path) -> list[tarfile.TarInfo]:
+    try:
+        return _validate_members(archive)
+    except SnapshotError:
+        raise
+    except (tarfile.TarError, OSError, EOFError, zlib.error) as error:
+        raise SnapshotError(f"{path} is a corrupt snapshot archive: {error}") from error
+
+
+def validate_archive(path: Path) -> int:
+    """Check a snapshot .tar.gz without extracting anything; return its member count.
+
+    Raises `SnapshotError`, naming the offending member, when the file is not a gzip tar or
+    is corrupt; a member name is absolute, has a ``..`` component after normalisation, is
+    written through a symlink or repeats an earlier name; a symlink target is absolute or
+    resolves outside the target directory (following the archive's own symlinks) or loops;
+    a hardlink does not point to an earlier regular file of the archive; a member is a
+    device, FIFO or any type other than regular file, directory, symlink and hardlink; or
+    there are more than 100,000 members.
+    """
+    path = Path(path)
+    with _open_archive(path) as archive:
+        return len(_validate_open(archive, path))
+
+
+def extract_snapshot(archive: Path, target: Path) -> None:
+    """Validate `archive` with `validate_archive`, then extract it into `target`.
+
+    `target` is created if absent and must otherwise be an empty directory. Nothing is
+    written when validation fails. Extraction also uses tarfile's ``data`` filter as a
+    second line of defence; if extraction fails anyway, what was extracted is removed
+    again. Raises `SnapshotError` in every failure case.
+    """
+    archive = Path(archive)
+    target = Path(target)
+    if target.exists() or target.is_symlink():
+        if target.is_symlink() or not target.is_dir():
+            raise SnapshotError(f"cannot extract a snapshot into {target}: not a directory")
+        if any(target.iterdir()):
+            raise SnapshotError(f"cannot extract a snapshot into {target}: it is not empty")
+        created = False
+    else:
+        created = True
+    # One open file for both passes, so the archive checked is the archive extracted.
+    with _open_archive(archive) as opened:
+        members = _validate_open(opened, archive)
+        target.mkdir(parents=True, exist_ok=True)
+        try:
+            opened.errorlevel = 2
+            opened.extractall(target, members=members, filter="data")
+        except BaseException as error:
+            _remove_extracted(target, created)
+            if isinstance(error, (tarfile.TarError, OSError, EOFError, zlib.error)):
+                raise SnapshotError(f"cannot extract snapshot archive {archive}: {error}") from error
+            raise
+
+
+def _remove_extracted(target: Path, created: bool) -> None:
+    if created:
+        shutil.rmtree(target, ignore_errors=True)
+        return
+    for child in target.iterdir():
+        if child.is_dir() and not child.is_symlink():
+            shutil.rmtree(child, ignore_errors=True)
+        else:
+            child.unlink(missing_ok=True)

@@ -1,0 +1,141 @@
+"""A content-addressed file store for snapshot archives and other immutable blobs."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import tempfile
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+from mlyard.storage.errors import SnapshotError, SnapshotTooLarge, format_megabytes
+
+_DIGEST = re.compile(r"[0-9a-f]{64}")
+_READ_CHUNK = 1024 * 1024
+TEMPORARY_DIRECTORY_NAME = "tmp"
+
+
+def _check_digest(digest: str) -> str:
+    if not isinstance(digest, str) or not _DIGEST.fullmatch(digest):
+        raise ValueError(f"not a sha256 hex digest: {digest!r}")
+    return digest
+
+
+class BlobStore:
+    """Content-addressed files under ``root/<aa>/<digest>`` (aa = first two hex characters).
+
+    Writers stream into a temporary file in ``root/tmp`` and rename it into place only when
+    it is complete and verified, so a crash or a rejected upload never leaves a half-written
+    blob in the store. Blobs are immutable: storing a digest that already exists is a no-op.
+    Safe to use from several threads and processes at once.
+    """
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
+        self.temporary_directory = self.root / TEMPORARY_DIRECTORY_NAME
+
+    def path_for(self, digest: str) -> Path:
+        """Where the blob with this digest lives (whether or not it exists).
+
+        Raises ValueError unless `digest` is 64 lowercase hex characters, so a digest taken
+        from a request can never name a path outside the store.
+        """
+        _check_digest(digest)
+        return self.root / digest[:2] / digest
+
+    def exists(self, digest: str) -> bool:
+        """Whether the blob with this digest is in the store."""
+        return self.path_for(digest).is_file()
+
+    def put_stream(
+        self,
+        chunks: Iterable[bytes],
+        *,
+        expected_digest: str | None = None,
+        validate: Callable[[Path], object] | None = None,
+        max_bytes: int | None = None,
+    ) -> tuple[str, int]:
+        """Store the concatenation of `chunks`; return ``(sha256 hex digest, size)``.
+
+        Raises `SnapshotError` when more than `max_bytes` arrive (reading stops at the chunk
+        that crosses the limit), when `expected_digest` is given and differs, or when
+        `validate(temporary_path)` raises (a `SnapshotError` from it is re-raised as is; its
+        return value is ignored). Raises ValueError before reading anything if
+        `expected_digest` is not a valid digest. In every failure case, including an
+        exception from `chunks` itself, which propagates unchanged, the temporary file is
+        removed and the store is unchanged. Storing content that is already present is fine.
+        """
+        if expected_digest is not None:
+            _check_digest(expected_digest)
+        self.temporary_directory.mkdir(parents=True, exist_ok=True)
+        descriptor, temporary_name = tempfile.mkstemp(
+            dir=self.temporary_directory, prefix="upload-", suffix=".partial"
+        )
+        temporary = Path(temporary_name)
+        try:
+            digest, size = self._write(descriptor, chunks, max_bytes)
+            if expected_digest is not None and digest != expected_digest:
+                raise SnapshotError(
+                    f"upload does not match its digest: expected {expected_digest}, "
+                    f"received {digest}"
+                )
+            if validate is not None:
+                try:
+                    validate(temporary)
+                except SnapshotError:
+                    raise
+                except Exception as error:
+                    raise SnapshotError(f"upload rejected: {error}") from error
+            final = self.path_for(digest)
+            if final.is_file():
+                temporary.unlink()
+            else:
+                final.parent.mkdir(parents=True, exist_ok=True)
+                os.chmod(temporary, 0o644)
+                # Atomic on one file system; a concurrent writer of the same digest renames
+                # identical bytes, so whichever lands last is equally correct.
+                os.replace(temporary, final)
+        except BaseException:
+            temporary.unlink(missing_ok=True)
+            raise
+        return digest, size
+
+    @staticmethod
+    def _write(
+        descriptor: int, chunks: Iterable[bytes], max_bytes: int | None
+    ) -> tuple[str, int]:
+        hasher = hashlib.sha256()
+        size = 0
+        with os.fdopen(descriptor, "wb") as sink:
+            for chunk in chunks:
+                if not chunk:
+                    continue
+                size += len(chunk)
+                if max_bytes is not None and size > max_bytes:
+                    raise SnapshotTooLarge(
+                        f"upload is larger than the {format_megabytes(max_bytes)} limit"
+                    )
+                hasher.update(chunk)
+                sink.write(chunk)
+            sink.flush()
+            # The rename that follows must never publish a blob whose bytes are not on disk.
+            os.fsync(sink.fileno())
+        return hasher.hexdigest(), size
+
+    def put_file(
+        self,
+        path: Path,
+        *,
+        expected_digest: str | None = None,
+        validate: Callable[[Path], object] | None = None,
+        max_bytes: int | None = None,
+    ) -> tuple[str, int]:
+        """Store a copy of the file at `path`; same contract as `put_stream`."""
+        with open(path, "rb") as source:
+            return self.put_stream(
+                iter(lambda: source.read(_READ_CHUNK), b""),
+                expected_digest=expected_digest,
+                validate=validate,
+                max_bytes=max_bytes,
+            )
