@@ -66,12 +66,126 @@ def is_chief(task_type: str, task_index: int) -> bool:
 
 
 def make_strategy() -> tf.distribute.Strategy:
-    # The initial barrier that waits for every worker has no timeout by default,
-    # so a worker whose peer never starts would hang. TensorFlow only exposes
-    # that wait as a class attribute; set it when present.
-    extended = tf.distribute.MultiWorkerMirroredStrategy._extended_type = None  # noqa: placeholder
-    del extended
     options = tf.distribute.experimental.CommunicationOptions(
         timeout_seconds=COLLECTIVE_TIMEOUT_S
     )
     return tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
+
+
+def load_data(seed: int) -> tuple[np.ndarray, ...]:
+    # The digits images ship inside scikit-learn, so no download is needed.
+    digits = load_digits()
+    x = (digits.data / 16.0).astype(np.float32)  # 64 pixels, values 0..16
+    y = digits.target.astype(np.int64)
+    # The split is fixed (not derived from --seed), so all workers and all
+    # runs evaluate on the same images.
+    return train_test_split(x, y, test_size=0.2, random_state=0, stratify=y)
+
+
+def make_dataset(x, y, global_batch: int, shuffle_seed: int | None) -> tf.data.Dataset:
+    ds = tf.data.Dataset.from_tensor_slices((x, y))
+    if shuffle_seed is not None:
+        # Repeat instead of re-creating the distributed iterator every epoch,
+        # which costs noticeably more than the epoch itself on this tiny data.
+        ds = ds.shuffle(len(x), seed=shuffle_seed, reshuffle_each_iteration=True)
+        ds = ds.repeat()
+    ds = ds.batch(global_batch)
+    # In-memory data has no files to split between workers, so shard by
+    # element: the strategy hands each worker its part of every global batch.
+    options = tf.data.Options()
+    options.experimental_distribute.auto_shard_policy = (
+        tf.data.experimental.AutoShardPolicy.DATA
+    )
+    return ds.with_options(options)
+
+
+def build_model() -> tf.keras.Model:
+    model = tf.keras.Sequential(
+        [
+            tf.keras.layers.Input(shape=(64,)),
+            tf.keras.layers.Dense(128, activation="relu"),
+            tf.keras.layers.Dense(64, activation="relu"),
+            tf.keras.layers.Dense(10),
+        ]
+    )
+    model.compile(
+        optimizer=tf.keras.optimizers.Adam(learning_rate=3e-3),
+        loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        metrics=["accuracy"],
+    )
+    return model
+
+
+class EpochLog(tf.keras.callbacks.Callback):
+    """Prints one short line per epoch instead of Keras' progress bar."""
+
+    def __init__(self, epochs: int):
+        super().__init__()
+        self.epochs = epochs
+
+    def on_epoch_end(self, epoch, logs=None):
+        logs = logs or {}
+        log(
+            f"epoch {epoch + 1}/{self.epochs} loss={logs['loss']:.4f} "
+            f"accuracy={logs['accuracy']:.4f}"
+        )
+
+
+def save_model(model: tf.keras.Model, chief: bool, task_index: int) -> None:
+    # Every worker must take part in saving (it may run collectives), but only
+    # the chief's copy is kept: the others write to a temporary directory that
+    # is removed right away, as the TensorFlow multi-worker guide recommends.
+    if chief:
+        target_dir = os.environ.get("MLYARD_CHECKPOINT_DIR") or "checkpoints"
+        os.makedirs(target_dir, exist_ok=True)
+    else:
+        target_dir = tempfile.mkdtemp(prefix=f"worker{task_index}-")
+    path = os.path.join(target_dir, "model.keras")
+    model.save(path)
+    if chief:
+        log(f"saved model {path}")
+    else:
+        shutil.rmtree(target_dir, ignore_errors=True)
+
+
+def main() -> int:
+    args = parse_args()
+    task_type, task_index, num_workers = read_tf_config()
+    log(f"tf_config task={task_type}:{task_index} workers={num_workers}")
+    chief = is_chief(task_type, task_index)
+
+    # Keep the thread pools to the CPUs the platform gives each replica.
+    threads = int(os.environ.get("OMP_NUM_THREADS", "0"))
+    if threads > 0:
+        tf.config.threading.set_intra_op_parallelism_threads(threads)
+        tf.config.threading.set_inter_op_parallelism_threads(threads)
+    # Same seed on every worker: identical initial weights and the same
+    # shuffle order, which element-wise sharding relies on.
+    tf.keras.utils.set_random_seed(args.seed)
+
+    # The strategy must be created before any other TensorFlow op runs.
+    strategy = make_strategy()
+
+    x_train, x_test, y_train, y_test = load_data(args.seed)
+    global_batch = args.batch_size * strategy.num_replicas_in_sync
+    train_ds = make_dataset(x_train, y_train, global_batch, shuffle_seed=args.seed)
+    test_ds = make_dataset(x_test, y_test, global_batch, shuffle_seed=None)
+
+    with strategy.scope():
+        model = build_model()
+    model.fit(
+        train_ds,
+        epochs=args.epochs,
+        steps_per_epoch=len(x_train) // global_batch,
+        verbose=0,
+        callbacks=[EpochLog(args.epochs)],
+    )
+    loss, accuracy = model.evaluate(test_ds, verbose=0)
+
+    save_model(model, chief, task_index)
+    log(f"final loss={loss:.4f} accuracy={accuracy:.4f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -16,7 +16,7 @@ from mlyard.api_models import JobDetail, JobInfo, NodeInfo
 from mlyard.spec import JobStatus, format_bytes
 
 console = Console()
-errors = Console(stderr=True)
+errors = Console(stderr=True, soft_wrap=True)  # an error stays one line, whatever the width
 if not console.is_terminal:  # piped output: wide rows rather than truncated columns
     console = Console(width=200)
 

@@ -1,0 +1,380 @@
+"""The local backend with real launcher processes: launch, observe, stop, and re-attach."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+
+import psutil
+import pytest
+
+from mlyard import cgroups
+from mlyard.backends.base import (
+    AttemptLaunch,
+    ReplicaHandle,
+    ReplicaLaunch,
+    ReplicaObservation,
+    ReplicaRef,
+)
+from mlyard.backends.local import NODE_ADDRESS, LocalBackend, cgroup_name
+from mlyard.launcher import EXIT_FILE, LAUNCH_CONFIG, STARTED_FILE
+
+MEBIBYTE = 1024 * 1024
+
+
+def wait_for(condition: Callable[[], bool], timeout: float = 5.0, interval: float = 0.02) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(interval)
+    return condition()
+
+
+def make_backend() -> LocalBackend:
+    return LocalBackend(cpus=2, gpus=())
+
+
+def unique_job_id() -> int:
+    return 900_000_000 + uuid.uuid4().int % 100_000_000
+
+
+def make_attempt(runs: Path, *commands: Sequence[str], env: dict[str, str] | None = None) -> AttemptLaunch:
+    """One replica per command, in directories laid out like the server's: runs/JOB/ATTEMPT/NAME."""
+    job_id, attempt = unique_job_id(), 1
+    replicas = tuple(
+        ReplicaLaunch(
+            replica_id=index + 1,
+            name=f"worker-{index}",
+            rank=index,
+            node="local",
+            cpu_ids=(index % 2,),
+            gpu_ids=(),
+            memory_bytes=256 * MEBIBYTE,
+            command=tuple(command),
+            env={"RANK": str(index), **(env or {})},
+            directory=runs / str(job_id) / str(attempt) / f"worker-{index}",
+            snapshot=None,
+        )
+        for index, command in enumerate(commands)
+    )
+    return AttemptLaunch(job_id=job_id, attempt=attempt, replicas=replicas)
+
+
+def refs_for(launch: AttemptLaunch, handles: Sequence[ReplicaHandle]) -> list[ReplicaRef]:
+    by_id = {replica.replica_id: replica for replica in launch.replicas}
+    return [
+        ReplicaRef(
+            replica_id=handle.replica_id,
+            node=by_id[handle.replica_id].node,
+            directory=by_id[handle.replica_id].directory,
+            pid=handle.pid,
+            pid_started_at=handle.pid_started_at,
+        )
+        for handle in handles
+    ]
+
+
+def reloaded(ref: ReplicaRef) -> ReplicaRef:
+    """The ref as a server would read it back from its database: through plain JSON."""
+    row = json.loads(json.dumps({
+        "replica_id": ref.replica_id, "node": ref.node, "directory": str(ref.directory),
+        "pid": ref.pid, "pid_started_at": ref.pid_started_at,
+    }))
+    return ReplicaRef(**{**row, "directory": Path(row["directory"])})
+
+
+def observe_until(backend: LocalBackend, refs: Sequence[ReplicaRef], predicate: Callable[[ReplicaObservation], bool],
+                  timeout: float = 5.0) -> dict[int, ReplicaObservation]:
+    """Observations once every replica satisfies `predicate` (or the last ones seen)."""
+    seen: dict[int, ReplicaObservation] = {}
+
+    def satisfied() -> bool:
+        seen.update(backend.observe(refs))
+        return all(predicate(seen[ref.replica_id]) for ref in refs)
+
+    wait_for(satisfied, timeout=timeout)
+    return seen
+
+
+def is_running(observation: ReplicaObservation) -> bool:
+    return observation.state == "running"
+
+
+def is_gone(observation: ReplicaObservation) -> bool:
+    return observation.is_gone
+
+
+class Launches:
+    """Started attempts; whatever a test leaves running is killed afterwards."""
+
+    def __init__(self, runs: Path):
+        self.runs = runs
+        self.started: list[tuple[LocalBackend, AttemptLaunch, list[ReplicaHandle]]] = []
+        self.since = time.time() - 1
+
+    def start(self, backend: LocalBackend, *commands: Sequence[str]) -> tuple[AttemptLaunch, list[ReplicaRef]]:
+        attempt = make_attempt(self.runs, *commands)
+        handles = backend.launch(attempt)
+        self.started.append((backend, attempt, handles))
+        return attempt, refs_for(attempt, handles)
+
+    def _kill_group(self, pid: int | None) -> None:
+        if pid is None:
+            return
+        try:  # only a group this test started: not a reused pid
+            if psutil.Process(pid).create_time() >= self.since and os.getpgid(pid) == pid:
+                os.killpg(pid, signal.SIGKILL)
+        except (psutil.NoSuchProcess, ProcessLookupError, PermissionError):
+            pass
+
+    def cleanup(self) -> None:
+        for backend, attempt, handles in self.started:
+            for handle, replica in zip(handles, attempt.replicas, strict=True):
+                self._kill_group(handle.pid)
+                started = replica.directory / STARTED_FILE
+                if started.exists():
+                    self._kill_group(json.loads(started.read_text())["pid"])
+                if backend.memory_parent is not None:
+                    cgroup = backend.memory_parent / cgroup_name(attempt.job_id, attempt.attempt, replica.name)
+                    if cgroup.is_dir():
+                        cgroups.remove_cgroup(cgroup)
+            for child in backend._children.values():
+                try:
+                    child.wait(timeout=5)
+                except subprocess.TimeoutExpired:
+                    pass
+
+
+@pytest.fixture
+def launches(tmp_path: Path) -> Iterator[Launches]:
+    tracker = Launches(tmp_path / "runs")
+    yield tracker
+    tracker.cleanup()
+
+
+# --------------------------------------------------------------------------- node and ports
+
+
+def test_nodes_reports_the_cpus_memory_and_notes() -> None:
+    backend = make_backend()
+    [node] = backend.nodes()
+    assert node.cpu_ids == tuple(sorted(os.sched_getaffinity(0)))[:2]
+    assert len(node.cpu_ids) == 2
+    assert node.memory_bytes == psutil.virtual_memory().total
+    assert node.address == NODE_ADDRESS
+    assert node.gpus == ()
+    assert node.labels["hostname"] == node.name
+    assert isinstance(node.notes, tuple)
+    assert all(isinstance(note, str) and note for note in node.notes)
+    parent, reason = cgroups.detect_memory_parent()
+    if parent is None:
+        assert node.notes == (reason,)
+    else:
+        assert node.notes == ()
+        assert backend.memory_parent == parent
+
+
+def test_cpu_count_and_memory_can_be_limited() -> None:
+    backend = LocalBackend(cpus=1, memory_bytes=3 * 1024**3, gpus=())
+    [node] = backend.nodes()
+    assert len(node.cpu_ids) == 1
+    assert node.memory_bytes == 3 * 1024**3
+
+
+@pytest.mark.parametrize("cpus", [0, len(os.sched_getaffinity(0)) + 1])
+def test_more_cpus_than_the_machine_has_are_refused(cpus: int) -> None:
+    with pytest.raises(ValueError, match="CPUs"):
+        LocalBackend(cpus=cpus, gpus=())
+
+
+def test_reserve_ports_returns_distinct_free_ports() -> None:
+    ports = make_backend().reserve_ports("local", 5)
+    assert len(ports) == 5
+    assert len(set(ports)) == 5
+    sockets = []
+    try:
+        for port in ports:
+            assert 1024 <= port <= 65535
+            candidate = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sockets.append(candidate)
+            candidate.bind((NODE_ADDRESS, port))  # free again: nothing kept it bound
+    finally:
+        for candidate in sockets:
+            candidate.close()
+
+
+# --------------------------------------------------------------------------- dryrun
+
+
+def test_dryrun_returns_plain_data_with_the_launcher_argv_and_config(tmp_path: Path) -> None:
+    backend = make_backend()
+    attempt = make_attempt(tmp_path / "runs", ["sleep", "30"], ["python", "train.py"], env={"LR": "0.1"})
+    plans = backend.dryrun(attempt)
+
+    assert json.loads(json.dumps(plans)) == plans  # plain data only
+    assert [plan["replica"] for plan in plans] == ["worker-0", "worker-1"]
+    for plan, replica in zip(plans, attempt.replicas, strict=True):
+        assert plan["argv"] == [sys.executable, "-m", "mlyard.launcher", str(replica.directory)]
+        assert plan["start_new_session"] is True
+        config = plan["config"]
+        assert config["command"] == list(replica.command)
+        assert config["env"] == {"RANK": str(replica.rank), "LR": "0.1"}
+        assert config["cpu_ids"] == list(replica.cpu_ids)
+        assert config["memory_bytes"] == 256 * MEBIBYTE
+        assert config["snapshot"] is None
+        assert config["cgroup_name"] == f"job{attempt.job_id}-1-{replica.name}"
+        assert config["prepend_path"] == str(Path(sys.executable).parent)
+        expected_parent = str(backend.memory_parent) if backend.memory_parent else None
+        assert config["memory_cgroup_parent"] == expected_parent
+    assert not (tmp_path / "runs").exists(), "dryrun must not touch the disk"
+
+
+# --------------------------------------------------------------------------- launch, observe, stop
+
+
+def test_launched_replicas_are_observed_running(launches: Launches) -> None:
+    backend = make_backend()
+    attempt, refs = launches.start(backend, ["sleep", "30"], ["sleep", "30"])
+    assert [ref.replica_id for ref in refs] == [1, 2]
+    assert all(ref.pid is not None and ref.pid_started_at is not None for ref in refs)
+
+    observed = observe_until(backend, refs, is_running)
+    assert {replica_id: o.state for replica_id, o in observed.items()} == {1: "running", 2: "running"}
+    assert all(o.started_at is not None and o.exit_code is None for o in observed.values())
+    for replica in attempt.replicas:
+        assert (replica.directory / LAUNCH_CONFIG).stat().st_mode & 0o777 == 0o600
+
+
+def test_stop_sends_sigterm_and_replicas_exit_with_143(launches: Launches) -> None:
+    backend = make_backend()
+    _, refs = launches.start(backend, ["sleep", "30"], ["sleep", "30"])
+    assert all(is_running(o) for o in observe_until(backend, refs, is_running).values())
+
+    stopped_at = time.monotonic()
+    backend.stop(refs, force=False)
+    observed = observe_until(backend, refs, is_gone, timeout=5)
+    assert time.monotonic() - stopped_at < 5
+    assert {o.state for o in observed.values()} == {"exited"}
+    assert [observed[ref.replica_id].exit_code for ref in refs] == [143, 143]
+    for ref in refs:
+        assert json.loads((ref.directory / EXIT_FILE).read_text())["signal"] == signal.SIGTERM
+        assert observed[ref.replica_id].finished_at >= observed[ref.replica_id].started_at
+
+
+def test_stop_with_force_kills_the_replicas_and_their_commands(launches: Launches) -> None:
+    backend = make_backend()
+    _, refs = launches.start(backend, ["sleep", "30"])
+    observe_until(backend, refs, is_running)
+    command_pid = json.loads((refs[0].directory / STARTED_FILE).read_text())["pid"]
+
+    backend.stop(refs, force=True)
+    observed = observe_until(backend, refs, is_gone)
+    assert observed[refs[0].replica_id].state == "lost"
+    assert wait_for(lambda: not psutil.pid_exists(command_pid) or
+                    psutil.Process(command_pid).status() == psutil.STATUS_ZOMBIE, timeout=3)
+
+
+def test_replica_that_exits_zero_is_observed_exited_zero(launches: Launches) -> None:
+    backend = make_backend()
+    _, refs = launches.start(backend, ["true"])
+    observed = observe_until(backend, refs, is_gone)
+    assert observed[refs[0].replica_id].state == "exited"
+    assert observed[refs[0].replica_id].exit_code == 0
+
+
+def test_replica_exit_code_is_reported(launches: Launches) -> None:
+    backend = make_backend()
+    _, refs = launches.start(backend, ["/bin/sh", "-c", "exit 7"], ["true"])
+    observed = observe_until(backend, refs, is_gone)
+    assert [(observed[ref.replica_id].state, observed[ref.replica_id].exit_code) for ref in refs] == [
+        ("exited", 7),
+        ("exited", 0),
+    ]
+
+
+def test_replica_killed_with_sigkill_is_lost(launches: Launches) -> None:
+    backend = make_backend()
+    _, refs = launches.start(backend, ["sleep", "30"], ["sleep", "30"])
+    observe_until(backend, refs, is_running)
+
+    os.killpg(refs[0].pid, signal.SIGKILL)
+    observed = observe_until(backend, refs[:1], is_gone)
+    assert observed[refs[0].replica_id].state == "lost"
+    assert observed[refs[0].replica_id].exit_code is None
+    assert observed[refs[0].replica_id].started_at is not None
+    assert not (refs[0].directory / EXIT_FILE).exists()
+    assert backend.observe(refs[1:])[refs[1].replica_id].state == "running"
+
+
+def test_stop_on_replicas_already_gone_is_a_no_op(launches: Launches) -> None:
+    backend = make_backend()
+    _, refs = launches.start(backend, ["true"], ["sleep", "30"])
+    observe_until(backend, refs[:1], is_gone)
+    os.killpg(refs[1].pid, signal.SIGKILL)
+    before = observe_until(backend, refs, is_gone)
+    assert [before[ref.replica_id].state for ref in refs] == ["exited", "lost"]
+
+    for force in (False, True, False):
+        backend.stop(refs, force=force)
+    assert backend.observe(refs) == before
+
+
+def test_a_second_backend_observes_and_stops_replicas_started_by_the_first(launches: Launches) -> None:
+    first = make_backend()
+    attempt, refs = launches.start(first, ["sleep", "30"], ["sleep", "30"])
+    observe_until(first, refs, is_running)
+
+    restarted = make_backend()  # like a restarted server: only the stored ReplicaRef data
+    stored = [reloaded(ref) for ref in refs]
+    assert {o.state for o in restarted.observe(stored).values()} == {"running"}
+
+    restarted.stop(stored, force=False)
+    observed = observe_until(restarted, stored, is_gone)
+    assert [(observed[ref.replica_id].state, observed[ref.replica_id].exit_code) for ref in stored] == [
+        ("exited", 143),
+        ("exited", 143),
+    ]
+    assert first.observe(refs) == observed
+
+
+def test_a_reused_pid_is_not_taken_for_the_replica(tmp_path: Path) -> None:
+    stranger = subprocess.Popen(["sleep", "30"], start_new_session=True)
+    try:
+        real_start = psutil.Process(stranger.pid).create_time()
+        directory = tmp_path / "runs" / "1" / "1" / "worker-0"
+        directory.mkdir(parents=True)
+        backend = make_backend()
+
+        impostor = ReplicaRef(replica_id=1, node="local", directory=directory, pid=stranger.pid,
+                              pid_started_at=real_start - 100)
+        assert backend.observe([impostor])[1].state == "lost"
+        backend.stop([impostor], force=True)
+        backend._stop_present([impostor], force=True)
+        time.sleep(0.1)
+        assert stranger.poll() is None, "a process that merely reuses the pid was signalled"
+
+        same = ReplicaRef(replica_id=1, node="local", directory=directory, pid=stranger.pid,
+                          pid_started_at=real_start)
+        assert backend.observe([same])[1].state == "pending"
+    finally:
+        stranger.kill()
+        stranger.wait()
+
+
+def test_a_ref_without_pid_is_lost_unless_an_exit_was_recorded(tmp_path: Path) -> None:
+    directory = tmp_path / "replica"
+    directory.mkdir()
+    backend = make_backend()
+    ref = ReplicaRef(replica_id=5, node="local", directory=directory, pid=None, pid_started_at=None)
+    assert backend.observe([ref])[5].state == "lost"
+    (directory / EXIT_FILE).write_text(json.dumps({"exit_code": 2, "signal": None, "finished_at": 1.0}))
+    assert backend.observe([ref])[5] == ReplicaObservation(state="exited", exit_code=2, finished_at=1.0)

@@ -1,0 +1,217 @@
+"""The controller's decisions, with a real SQLite database and a fake at the backend boundary."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import select
+
+from mlyard.backends.base import (
+    AttemptLaunch,
+    Backend,
+    NodeDescription,
+    ReplicaHandle,
+    ReplicaObservation,
+    ReplicaRef,
+)
+from mlyard.config import Paths
+from mlyard.errors import InvalidTransition
+from mlyard.server import auth
+from mlyard.server.controller import Controller
+from mlyard.server.db import Database
+from mlyard.server.rows import ApiTokenRow, AttemptRow, JobEventRow, JobRow
+from mlyard.server.services import jobs
+from mlyard.server.services.nodes import record_nodes
+from mlyard.server.settings import ServerSettings
+from mlyard.spec import JobSpec, JobStatus
+from mlyard.storage import BlobStore
+
+ADMIN = auth.Principal(name="admin", user_id=None, is_admin=True)
+
+
+class FakeBackend(Backend):
+    """Replicas are entries in a dict whose state the test sets."""
+
+    name = "fake"
+
+    def __init__(self, cpus: int = 2):
+        self.cpus = cpus
+        self.launches: list[AttemptLaunch] = []
+        self.stops: list[tuple[list[int], bool]] = []
+        self.states: dict[int, ReplicaObservation] = {}
+        self.fail_launch = False
+
+    def nodes(self) -> list[NodeDescription]:
+        return [NodeDescription(name="n1", address="10.0.0.1", cpu_ids=tuple(range(self.cpus)), memory_bytes=8 << 30)]
+
+    def reserve_ports(self, node: str, count: int) -> list[int]:
+        return list(range(20000, 20000 + count))
+
+    def dryrun(self, launch: AttemptLaunch) -> list[dict[str, Any]]:
+        return [{"replica": replica.name} for replica in launch.replicas]
+
+    def launch(self, launch: AttemptLaunch) -> list[ReplicaHandle]:
+        if self.fail_launch:
+            raise RuntimeError("no such image")
+        self.launches.append(launch)
+        for replica in launch.replicas:
+            self.states[replica.replica_id] = ReplicaObservation(state="running", started_at=1.0)
+        return [ReplicaHandle(replica_id=r.replica_id, pid=1000 + r.replica_id, pid_started_at=1.0)
+                for r in launch.replicas]
+
+    def observe(self, replicas: Sequence[ReplicaRef]) -> dict[int, ReplicaObservation]:
+        return {ref.replica_id: self.states[ref.replica_id] for ref in replicas}
+
+    def _stop_present(self, replicas: Sequence[ReplicaRef], *, force: bool) -> None:
+        self.stops.append(([ref.replica_id for ref in replicas], force))
+
+    def exit(self, launch: AttemptLaunch, rank: int, code: int | None) -> None:
+        state = "lost" if code is None else "exited"
+        self.states[launch.replicas[rank].replica_id] = ReplicaObservation(state=state, exit_code=code)
+
+
+@pytest.fixture
+def world(tmp_path: Path):
+    settings = ServerSettings(paths=Paths(tmp_path), stop_grace_seconds=60)
+    database = Database.open(settings.effective_database_url)
+    backend = FakeBackend()
+    record_nodes(database, backend.name, backend.nodes())
+    controller = Controller(database=database, backend=backend, settings=settings, blobs=BlobStore(tmp_path / "b"))
+    yield database, backend, controller
+    database.close()
+
+
+def submit(database: Database, replicas: int = 2, **fields: Any) -> int:
+    spec = JobSpec(name="job", command=["train"], roles=[{"replicas": replicas}], framework="pytorch", **fields)
+    return jobs.submit(database, ADMIN, spec, wake=lambda: None).id
+
+
+def status(database: Database, job_id: int) -> JobStatus:
+    with database.transaction() as session:
+        return JobStatus(session.get(JobRow, job_id).status)
+
+
+def test_a_job_is_launched_whole_with_rendezvous_settings(world) -> None:
+    database, backend, controller = world
+    job_id = submit(database)
+    controller.reconcile_once()
+    assert status(database, job_id) is JobStatus.STARTING
+    (launch,) = backend.launches
+    assert [r.rank for r in launch.replicas] == [0, 1]
+    assert sorted(cpu for r in launch.replicas for cpu in r.cpu_ids) == [0, 1]
+    environments = [r.env for r in launch.replicas]
+    assert {e["RANK"] for e in environments} == {"0", "1"}
+    assert {(e["WORLD_SIZE"], e["MASTER_ADDR"], e["MASTER_PORT"]) for e in environments} == {("2", "10.0.0.1", "20000")}
+    controller.reconcile_once()
+    assert status(database, job_id) is JobStatus.RUNNING
+
+
+def test_a_job_that_does_not_fit_waits_and_never_half_starts(world) -> None:
+    database, backend, controller = world
+    first, second = submit(database), submit(database)
+    controller.reconcile_once()
+    controller.reconcile_once()
+    assert len(backend.launches) == 1 and status(database, second) is JobStatus.QUEUED
+    backend.exit(backend.launches[0], 0, 0)
+    controller.reconcile_once()
+    assert len(backend.launches) == 1, "one replica still holds its core"
+    backend.exit(backend.launches[0], 1, 0)
+    controller.reconcile_once()
+    assert status(database, first) is JobStatus.SUCCEEDED
+    assert len(backend.launches) == 2 and len(backend.launches[1].replicas) == 2
+    assert status(database, second) is JobStatus.STARTING
+
+
+def test_a_failing_replica_stops_the_others_and_fails_the_job(world) -> None:
+    database, backend, controller = world
+    job_id = submit(database)
+    controller.reconcile_once()
+    controller.reconcile_once()
+    launch = backend.launches[0]
+    backend.exit(launch, 1, 3)
+    controller.reconcile_once()
+    assert backend.stops[-1] == ([launch.replicas[0].replica_id], False)
+    assert status(database, job_id) is JobStatus.RUNNING, "FAILED only once nothing is left"
+    backend.exit(launch, 0, 143)
+    controller.reconcile_once()
+    with database.transaction() as session:
+        job = session.get(JobRow, job_id)
+        assert (job.status, job.exit_code) == ("FAILED", 3)
+        assert "worker-1 (rank 1) exited with code 3" in job.message
+        tokens = session.scalars(select(ApiTokenRow).where(ApiTokenRow.job_id == job_id)).all()
+        assert tokens and all(token.revoked_at is not None for token in tokens)
+
+
+def test_a_stop_escalates_to_sigkill_after_the_grace_period(world) -> None:
+    database, backend, controller = world
+    controller.settings = ServerSettings(paths=controller.settings.paths, stop_grace_seconds=0)
+    job_id = submit(database, replicas=1)
+    controller.reconcile_once()
+    jobs.cancel(database, ADMIN, job_id, wake=lambda: None)
+    controller.reconcile_once()
+    controller.reconcile_once()
+    assert backend.stops[-1][1] is True
+    backend.exit(backend.launches[0], 0, None)
+    controller.reconcile_once()
+    assert status(database, job_id) is JobStatus.CANCELLED
+
+
+def test_cancelling_a_queued_job_needs_no_controller(world) -> None:
+    database, backend, controller = world
+    blocker, queued = submit(database), submit(database)
+    controller.reconcile_once()
+    info = jobs.cancel(database, ADMIN, queued, wake=lambda: None)
+    assert info.status is JobStatus.CANCELLED
+    controller.reconcile_once()
+    assert len(backend.launches) == 1 and backend.launches[0].job_id == blocker
+
+
+def test_a_failed_launch_fails_the_job_with_the_reason(world) -> None:
+    database, backend, controller = world
+    backend.fail_launch = True
+    job_id = submit(database)
+    controller.reconcile_once()
+    with database.transaction() as session:
+        job = session.get(JobRow, job_id)
+        assert job.status == "FAILED" and "could not start: no such image" in job.message
+        assert session.scalars(select(AttemptRow)).one().finished_at is not None
+
+
+def test_max_runtime_fails_the_job(world) -> None:
+    database, backend, controller = world
+    job_id = submit(database, replicas=1, max_runtime=0.001)
+    controller.reconcile_once()
+    controller.reconcile_once()
+    backend.exit(backend.launches[0], 0, 143)
+    controller.reconcile_once()
+    with database.transaction() as session:
+        job = session.get(JobRow, job_id)
+        assert job.status == "FAILED" and "max_runtime" in job.message
+
+
+def test_an_attempt_left_unlaunched_by_a_stopped_server_fails_at_start(world) -> None:
+    database, backend, controller = world
+    job_id = submit(database)
+    with database.transaction() as session:
+        job = session.get(JobRow, job_id)
+        session.add(AttemptRow(job_id=job_id, number=1, created_at=1.0))
+        jobs.switch_status(session, job, JobStatus.SCHEDULED)
+    controller._settle_unlaunched_attempts()
+    assert status(database, job_id) is JobStatus.FAILED
+
+
+def test_switch_status_checks_the_transition_and_records_an_event(world) -> None:
+    database, _backend, _controller = world
+    job_id = submit(database)
+    with database.transaction() as session:
+        job = session.get(JobRow, job_id)
+        with pytest.raises(InvalidTransition):
+            jobs.switch_status(session, job, JobStatus.SUCCEEDED)
+        jobs.switch_status(session, job, JobStatus.CANCELLED, message="because")
+    with database.transaction() as session:
+        events = session.scalars(select(JobEventRow).where(JobEventRow.job_id == job_id).order_by(JobEventRow.id)).all()
+        assert [(e.from_status, e.to_status) for e in events] == [(None, "QUEUED"), ("QUEUED", "CANCELLED")]
+        assert session.get(JobRow, job_id).finished_at is not None

@@ -1,0 +1,368 @@
+"""The replica launcher as a real process: `python -m mlyard.launcher DIR` on a launch.json."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import tarfile
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from mlyard import cgroups
+from mlyard.launcher import EXIT_FILE, LAUNCH_CONFIG, OUTPUT_LOG, STARTED_FILE
+from mlyard.storage import pack_directory
+
+PYTHON = sys.executable
+MEBIBYTE = 1024 * 1024
+
+
+def write_config(directory: Path, command: list[str], **settings: Any) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    config: dict[str, Any] = {
+        "command": command,
+        "env": {},
+        "snapshot": None,
+        "cpu_ids": [],
+        "memory_bytes": None,
+        "memory_cgroup_parent": None,
+        "cgroup_name": None,
+        "prepend_path": None,
+    }
+    config.update(settings)
+    (directory / LAUNCH_CONFIG).write_text(json.dumps(config))
+    return directory
+
+
+def start_launcher(directory: Path) -> subprocess.Popen:
+    return subprocess.Popen(
+        [PYTHON, "-m", "mlyard.launcher", str(directory)],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+
+
+def run_launcher(directory: Path, timeout: float = 15) -> subprocess.CompletedProcess:
+    result = subprocess.run(
+        [PYTHON, "-m", "mlyard.launcher", str(directory)],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    assert result.returncode == 0, result.stderr
+    return result
+
+
+def launch(tmp_path: Path, command: list[str] | str, **settings: Any) -> Path:
+    """Runs a replica to completion; returns its directory."""
+    argv = ["/bin/sh", "-c", command] if isinstance(command, str) else command
+    directory = write_config(tmp_path / "replica", argv, **settings)
+    run_launcher(directory)
+    return directory
+
+
+def read_json(path: Path) -> dict[str, Any]:
+    return json.loads(path.read_text())
+
+
+def output_of(directory: Path) -> str:
+    return (directory / OUTPUT_LOG).read_text()
+
+
+def wait_for(condition: Callable[[], bool], timeout: float = 5.0, interval: float = 0.02) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(interval)
+    return condition()
+
+
+def process_gone(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+@pytest.fixture
+def launched() -> Iterator[list[subprocess.Popen]]:
+    """Launchers started in the background; killed with their groups if a test leaves them."""
+    processes: list[subprocess.Popen] = []
+    yield processes
+    for process in processes:
+        if process.poll() is None:
+            try:
+                os.killpg(process.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            process.wait(timeout=5)
+
+
+# --------------------------------------------------------------------------- basics
+
+
+def test_command_runs_in_the_extracted_snapshot_and_its_output_is_logged(tmp_path: Path) -> None:
+    source = tmp_path / "source"
+    (source / "pkg").mkdir(parents=True)
+    (source / "data.txt").write_text("snapshot contents\n")
+    (source / "pkg" / "nested.txt").write_text("nested file\n")
+    snapshot = pack_directory(source, tmp_path / "snapshot.tar.gz").path
+
+    directory = launch(
+        tmp_path,
+        "cat data.txt pkg/nested.txt; pwd; echo to-stderr >&2",
+        snapshot=str(snapshot),
+    )
+
+    output = output_of(directory)
+    assert "snapshot contents\n" in output
+    assert "nested file\n" in output
+    assert "to-stderr\n" in output
+    assert f"{(directory / 'code').resolve()}\n" in output
+    assert (directory / "code" / "data.txt").read_text() == "snapshot contents\n"
+
+
+def test_started_and_exit_files_are_written(tmp_path: Path) -> None:
+    before = time.time()
+    directory = launch(tmp_path, "echo $$ > pid.txt")
+    started = read_json(directory / STARTED_FILE)
+    finished = read_json(directory / EXIT_FILE)
+    assert started["pid"] == int((directory / "code" / "pid.txt").read_text())
+    assert before <= started["started_at"] <= finished["finished_at"] <= time.time()
+    assert finished["exit_code"] == 0
+    assert finished["signal"] is None
+
+
+def test_command_without_snapshot_runs_in_an_empty_code_directory(tmp_path: Path) -> None:
+    directory = launch(tmp_path, "ls -A; pwd")
+    assert output_of(directory) == f"{(directory / 'code').resolve()}\n"
+
+
+def test_exit_code_is_recorded(tmp_path: Path) -> None:
+    directory = launch(tmp_path, "echo failing; exit 3")
+    assert read_json(directory / EXIT_FILE) == {
+        "exit_code": 3,
+        "signal": None,
+        "finished_at": read_json(directory / EXIT_FILE)["finished_at"],
+    }
+    assert output_of(directory) == "failing\n"
+
+
+def test_output_is_appended_across_runs(tmp_path: Path) -> None:
+    directory = launch(tmp_path, "echo first")
+    run_launcher(directory)
+    assert output_of(directory) == "first\nfirst\n"
+
+
+def test_config_env_is_visible_to_the_command(tmp_path: Path) -> None:
+    directory = launch(
+        tmp_path,
+        'echo "$MLYARD_TEST_VALUE|$RANK"',
+        env={"MLYARD_TEST_VALUE": "hello world", "RANK": "5"},
+    )
+    assert output_of(directory) == "hello world|5\n"
+
+
+def make_tool_directory(tmp_path: Path) -> Path:
+    tools = tmp_path / "tools"
+    tools.mkdir()
+    tool = tools / "mlyard-test-tool"
+    tool.write_text("#!/bin/sh\necho tool-from-prepended-path\n")
+    tool.chmod(0o755)
+    return tools
+
+
+def test_prepend_path_puts_its_directory_first_on_path(tmp_path: Path) -> None:
+    tools = make_tool_directory(tmp_path)
+    directory = launch(tmp_path, 'echo "$PATH"; mlyard-test-tool', prepend_path=str(tools))
+    path_line, tool_line = output_of(directory).splitlines()
+    entries = path_line.split(os.pathsep)
+    assert entries[0] == str(tools)
+    assert entries[1:] == os.environ.get("PATH", "").split(os.pathsep)
+    assert tool_line == "tool-from-prepended-path"
+
+
+def test_prepend_path_is_ignored_when_the_config_env_sets_path(tmp_path: Path) -> None:
+    tools = make_tool_directory(tmp_path)
+    directory = launch(
+        tmp_path,
+        'echo "$PATH"',
+        prepend_path=str(tools),
+        env={"PATH": "/usr/bin:/bin"},
+    )
+    assert output_of(directory) == "/usr/bin:/bin\n"
+
+
+def test_cpu_ids_pin_the_command(tmp_path: Path) -> None:
+    directory = launch(
+        tmp_path,
+        [PYTHON, "-c", "import os; print(sorted(os.sched_getaffinity(0)))"],
+        cpu_ids=[0],
+    )
+    assert output_of(directory) == "[0]\n"
+    assert read_json(directory / EXIT_FILE)["exit_code"] == 0
+
+
+def test_missing_program_exits_127_with_a_readable_line(tmp_path: Path) -> None:
+    directory = launch(tmp_path, ["mlyard-no-such-program-xyz", "--flag"])
+    assert read_json(directory / EXIT_FILE)["exit_code"] == 127
+    assert not (directory / STARTED_FILE).exists()
+    output = output_of(directory)
+    assert "cannot run 'mlyard-no-such-program-xyz'" in output
+    assert "No such file or directory" in output
+
+
+def test_shell_reports_missing_program_with_127(tmp_path: Path) -> None:
+    directory = launch(tmp_path, "mlyard-no-such-program-xyz")
+    assert read_json(directory / EXIT_FILE)["exit_code"] == 127
+    assert "mlyard-no-such-program-xyz" in output_of(directory)
+
+
+# --------------------------------------------------------------------------- signals
+
+
+def test_sigterm_is_forwarded_to_the_whole_process_group(
+    tmp_path: Path, launched: list[subprocess.Popen]
+) -> None:
+    pid_file = tmp_path / "grandchild.pid"
+    directory = write_config(
+        tmp_path / "replica",
+        ["/bin/sh", "-c", f"sleep 1000 & echo $! > {pid_file}.tmp; mv {pid_file}.tmp {pid_file}; wait"],
+    )
+    launcher = start_launcher(directory)
+    launched.append(launcher)
+    assert wait_for(pid_file.exists), "the command never started its grandchild"
+    assert wait_for(lambda: (directory / STARTED_FILE).exists())
+    grandchild = int(pid_file.read_text())
+    assert not process_gone(grandchild)
+
+    launcher.send_signal(signal.SIGTERM)
+    launcher.wait(timeout=5)
+
+    finished = read_json(directory / EXIT_FILE)
+    assert finished["exit_code"] == 128 + signal.SIGTERM == 143
+    assert finished["signal"] == signal.SIGTERM
+    assert wait_for(lambda: process_gone(grandchild), timeout=3), "the grandchild outlived SIGTERM"
+
+
+def test_processes_left_in_the_group_are_killed_when_the_command_ends(tmp_path: Path) -> None:
+    pid_file = tmp_path / "leftover.pid"
+    directory = launch(tmp_path, f"sleep 1000 > /dev/null 2>&1 & echo $! > {pid_file}; exit 0")
+    leftover = int(pid_file.read_text())
+    assert read_json(directory / EXIT_FILE)["exit_code"] == 0
+    assert wait_for(lambda: process_gone(leftover), timeout=3), "a background process outlived its replica"
+
+
+# --------------------------------------------------------------------------- hostile snapshots
+
+
+def evil_snapshot(path: Path) -> Path:
+    payload = b"escaped\n"
+    with tarfile.open(path, "w:gz") as archive:
+        harmless = tarfile.TarInfo("ok.txt")
+        harmless.size = 3
+        archive.addfile(harmless, io.BytesIO(b"ok\n"))
+        evil = tarfile.TarInfo("../evil")
+        evil.size = len(payload)
+        archive.addfile(evil, io.BytesIO(payload))
+    return path
+
+
+def test_snapshot_escaping_the_directory_fails_the_replica_and_writes_nothing_outside(tmp_path: Path) -> None:
+    snapshot = evil_snapshot(tmp_path / "evil.tar.gz")
+    marker = tmp_path / "command-ran"
+    directory = launch(tmp_path, f"touch {marker}", snapshot=str(snapshot))
+
+    finished = read_json(directory / EXIT_FILE)
+    assert finished["exit_code"] != 0
+    assert not marker.exists()
+    assert not (directory / STARTED_FILE).exists()
+    lines = output_of(directory).splitlines()
+    assert len(lines) == 1
+    assert lines[0].startswith("mlyard: the replica could not start:")
+    assert "'../evil'" in lines[0]
+    assert "outside the target directory" in lines[0]
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["evil.tar.gz", "replica"]
+    assert sorted(path.name for path in directory.iterdir()) == [EXIT_FILE, LAUNCH_CONFIG, OUTPUT_LOG]
+
+
+# --------------------------------------------------------------------------- memory cgroup
+
+ALLOCATE = (
+    "b = bytearray(300 * 1024 * 1024)\n"
+    "b[::4096] = b'\\x01' * len(b[::4096])\n"
+    "print('allocated', flush=True)\n"
+)
+
+
+@pytest.fixture
+def memory_parent() -> Path:
+    parent, reason = cgroups.detect_memory_parent()
+    if parent is None:
+        pytest.skip(reason or "no memory cgroup parent")
+    return parent
+
+
+def test_memory_limit_kills_a_replica_that_allocates_more(tmp_path: Path, memory_parent: Path) -> None:
+    name = f"test-launcher-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    directory = write_config(
+        tmp_path / "limited",
+        [PYTHON, "-c", ALLOCATE],
+        memory_cgroup_parent=str(memory_parent),
+        cgroup_name=name,
+        memory_bytes=64 * MEBIBYTE,
+    )
+    try:
+        launcher_errors = run_launcher(directory, timeout=30).stderr
+        assert "memory limit not enforced" not in launcher_errors
+        finished = read_json(directory / EXIT_FILE)
+        assert finished["exit_code"] != 0, output_of(directory)
+        assert finished["exit_code"] == 137 and finished["signal"] == signal.SIGKILL, finished
+        assert "allocated" not in output_of(directory)
+        assert not (memory_parent / name).exists(), "the replica's cgroup was left behind"
+    finally:
+        if (memory_parent / name).exists():
+            cgroups.remove_cgroup(memory_parent / name)
+
+
+def test_same_allocation_succeeds_without_a_memory_cgroup(tmp_path: Path) -> None:
+    directory = write_config(tmp_path / "unlimited", [PYTHON, "-c", ALLOCATE], memory_bytes=64 * MEBIBYTE)
+    run_launcher(directory, timeout=30)
+    assert read_json(directory / EXIT_FILE)["exit_code"] == 0, output_of(directory)
+    assert output_of(directory) == "allocated\n"
+
+
+def test_memory_cgroup_of_a_replica_that_stays_within_its_limit_is_removed(
+    tmp_path: Path, memory_parent: Path
+) -> None:
+    name = f"test-launcher-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    directory = write_config(
+        tmp_path / "within",
+        ["/bin/sh", "-c", "cat /proc/self/cgroup"],
+        memory_cgroup_parent=str(memory_parent),
+        cgroup_name=name,
+        memory_bytes=256 * MEBIBYTE,
+    )
+    try:
+        run_launcher(directory)
+        assert read_json(directory / EXIT_FILE)["exit_code"] == 0
+        memory_lines = [line for line in output_of(directory).splitlines() if "memory" in line.split(":")[1]]
+        if memory_lines:  # cgroup v1: the command ran in the replica's own memory cgroup
+            assert memory_lines[0].endswith(f"/{name}")
+        assert not (memory_parent / name).exists()
+    finally:
+        if (memory_parent / name).exists():
+            cgroups.remove_cgroup(memory_parent / name)

@@ -1,0 +1,327 @@
+"""The job specification: quantities, validation with locations, and the job lifecycle."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from mlyard.spec import (
+    ALLOWED_TRANSITIONS,
+    TERMINAL_STATUSES,
+    JobSpec,
+    JobStatus,
+    Resources,
+    can_transition,
+    parse_duration,
+    parse_memory,
+)
+
+
+def spec(**fields: Any) -> JobSpec:
+    fields.setdefault("name", "train")
+    fields.setdefault("command", "python train.py")
+    return JobSpec.model_validate(fields)
+
+
+def error_locations(**fields: Any) -> list[tuple[Any, ...]]:
+    with pytest.raises(ValidationError) as caught:
+        spec(**fields)
+    return [tuple(error["loc"]) for error in caught.value.errors()]
+
+
+def error_messages(**fields: Any) -> str:
+    with pytest.raises(ValidationError) as caught:
+        spec(**fields)
+    return " | ".join(error["msg"] for error in caught.value.errors())
+
+
+# --------------------------------------------------------------------------- parse_memory
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("512Mi", 512 * 1024**2),
+        ("2Gi", 2 * 1024**3),
+        ("1.5GB", 1_500_000_000),
+        ("4g", 4_000_000_000),
+        ("100k", 100_000),
+        ("1KiB", 1024),
+        ("1Ti", 1024**4),
+        (" 64 Mi ", 64 * 1024**2),
+        ("12345", 12345),
+    ],
+)
+def test_parse_memory_reads_decimal_and_binary_quantities(text: str, expected: int) -> None:
+    assert parse_memory(text) == expected
+
+
+def test_parse_memory_takes_plain_numbers_as_bytes() -> None:
+    assert parse_memory(4096) == 4096
+    assert isinstance(parse_memory(4096), int)
+    assert parse_memory(2.0 * 1024) == 2048
+
+
+@pytest.mark.parametrize("bad", ["", "lots", "2Xi", "Gi", "-1Gi", "1.2.3Mi", "2 G i", "0Mi", 0, -5, True])
+def test_parse_memory_rejects_unreadable_or_non_positive_values(bad: Any) -> None:
+    with pytest.raises(ValueError):
+        parse_memory(bad)
+
+
+def test_parse_memory_error_names_the_value_and_an_example() -> None:
+    with pytest.raises(ValueError, match=r"'lots'.*2Gi"):
+        parse_memory("lots")
+
+
+# --------------------------------------------------------------------------- parse_duration
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [("90s", 90.0), ("10m", 600.0), ("2h", 7200.0), ("1d", 86400.0), ("1.5h", 5400.0), ("45", 45.0), (30, 30.0)],
+)
+def test_parse_duration_reads_seconds_minutes_hours_and_days(text: Any, expected: float) -> None:
+    assert parse_duration(text) == expected
+
+
+@pytest.mark.parametrize("bad", ["", "soon", "10x", "10 min", "-5m", "0s", 0, -1, False])
+def test_parse_duration_rejects_unreadable_or_non_positive_values(bad: Any) -> None:
+    with pytest.raises(ValueError):
+        parse_duration(bad)
+
+
+# --------------------------------------------------------------------------- JobSpec defaults
+
+
+def test_minimal_spec_has_one_worker_role_with_one_replica_and_one_cpu() -> None:
+    job = spec()
+    assert [role.name for role in job.roles] == ["worker"]
+    assert job.roles[0].replicas == 1
+    assert job.roles[0].resources.cpu == 1.0
+    assert job.roles[0].resources.gpu == 0
+    assert job.roles[0].resources.memory == 1024**3
+    assert job.replica_count == 1
+    assert job.framework == "none"
+    assert job.queue == "default"
+    assert job.max_runtime is None
+    assert job.elastic is None
+
+
+def test_string_command_runs_through_the_shell() -> None:
+    job = spec(command="python train.py && echo done")
+    assert job.command == ["/bin/sh", "-c", "python train.py && echo done"]
+    assert job.display_command() == "python train.py && echo done"
+
+
+def test_list_command_is_kept_as_argv() -> None:
+    job = spec(command=["python", "train.py", "--lr", "0.1 0.2"])
+    assert job.command == ["python", "train.py", "--lr", "0.1 0.2"]
+    assert job.display_command() == "python train.py --lr '0.1 0.2'"
+
+
+def test_role_command_overrides_job_command_for_that_role_only() -> None:
+    job = spec(roles=[{"name": "chief", "command": "python chief.py"}, {"name": "worker"}])
+    assert job.command_for(job.roles[0]) == ["/bin/sh", "-c", "python chief.py"]
+    assert job.command_for(job.roles[1]) == job.command
+
+
+@pytest.mark.parametrize("command", ["", "   ", [], [""], ["  ", "x"], [1, 2], None, 42])
+def test_empty_or_malformed_command_is_rejected_at_command(command: Any) -> None:
+    assert ("command",) in error_locations(command=command)
+
+
+def test_empty_role_command_is_rejected_at_its_location() -> None:
+    assert ("roles", 0, "command") in error_locations(roles=[{"command": []}])
+
+
+def test_missing_name_and_command_are_reported() -> None:
+    with pytest.raises(ValidationError) as caught:
+        JobSpec.model_validate({})
+    locations = {tuple(error["loc"]) for error in caught.value.errors()}
+    assert {("name",), ("command",)} <= locations
+
+
+# --------------------------------------------------------------------------- unknown fields
+
+
+def test_unknown_top_level_field_is_rejected_with_its_location() -> None:
+    with pytest.raises(ValidationError) as caught:
+        spec(comand="typo")
+    errors = caught.value.errors()
+    assert [(tuple(error["loc"]), error["type"]) for error in errors] == [(("comand",), "extra_forbidden")]
+
+
+def test_unknown_nested_field_is_rejected_with_its_full_location() -> None:
+    locations = error_locations(roles=[{"name": "worker"}, {"name": "ps", "resources": {"gpus": 1}}])
+    assert locations == [("roles", 1, "resources", "gpus")]
+
+
+# --------------------------------------------------------------------------- replicas and roles
+
+
+@pytest.mark.parametrize("replicas", [0, -1, 1025])
+def test_replica_count_out_of_range_is_rejected_at_the_roles_replicas(replicas: int) -> None:
+    assert error_locations(roles=[{"replicas": replicas}]) == [("roles", 0, "replicas")]
+
+
+def test_replica_count_sums_over_roles() -> None:
+    job = spec(roles=[{"name": "chief"}, {"name": "worker", "replicas": 3}, {"name": "ps", "replicas": 2}])
+    assert job.replica_count == 6
+
+
+def test_empty_role_list_is_rejected() -> None:
+    assert error_locations(roles=[]) == [("roles",)]
+
+
+def test_duplicate_role_names_are_rejected_and_named() -> None:
+    message = error_messages(roles=[{"name": "worker"}, {"name": "ps"}, {"name": "worker"}])
+    assert "unique" in message
+    assert "worker" in message
+
+
+@pytest.mark.parametrize("name", ["Worker", "-worker", "worker-", "w_1", "", "a" * 64])
+def test_role_name_must_be_a_lowercase_dns_label(name: str) -> None:
+    assert error_locations(roles=[{"name": name}]) == [("roles", 0, "name")]
+
+
+@pytest.mark.parametrize("name", ["My-Job", "job_1", "", "-job"])
+def test_job_name_must_be_a_lowercase_dns_label(name: str) -> None:
+    assert error_locations(name=name) == [("name",)]
+
+
+# --------------------------------------------------------------------------- env
+
+
+@pytest.mark.parametrize("key", ["1ABC", "MY-VAR", "A B", "", "X=Y"])
+def test_invalid_environment_variable_name_is_rejected(key: str) -> None:
+    with pytest.raises(ValidationError) as caught:
+        spec(env={"GOOD": "1", key: "value"})
+    errors = caught.value.errors()
+    assert [tuple(error["loc"]) for error in errors] == [("env",)]
+    assert repr(key) in errors[0]["msg"]
+
+
+def test_valid_environment_variable_names_are_accepted() -> None:
+    job = spec(env={"_PRIVATE": "1", "LR": "0.1", "a1": "x"})
+    assert job.env == {"_PRIVATE": "1", "LR": "0.1", "a1": "x"}
+
+
+# --------------------------------------------------------------------------- elastic
+
+
+def test_elastic_min_above_max_is_rejected() -> None:
+    with pytest.raises(ValidationError) as caught:
+        spec(elastic={"min_replicas": 4, "max_replicas": 2})
+    errors = caught.value.errors()
+    assert [tuple(error["loc"]) for error in errors] == [("elastic",)]
+    assert "min_replicas must not exceed max_replicas" in errors[0]["msg"]
+
+
+def test_elastic_range_is_accepted_when_min_not_above_max() -> None:
+    job = spec(elastic={"min_replicas": 2, "max_replicas": 2})
+    assert (job.elastic.min_replicas, job.elastic.max_replicas) == (2, 2)
+
+
+def test_elastic_job_with_two_roles_is_rejected() -> None:
+    assert "exactly one role" in error_messages(
+        elastic={"min_replicas": 1, "max_replicas": 4}, roles=[{"name": "chief"}, {"name": "worker"}]
+    )
+
+
+# --------------------------------------------------------------------------- resources
+
+
+def test_memory_quantity_in_a_role_is_parsed_to_bytes() -> None:
+    job = spec(roles=[{"resources": {"memory": "512Mi", "cpu": 2, "gpu": 1}}])
+    assert job.roles[0].resources.memory == 512 * 1024**2
+    assert job.roles[0].resources.gpu == 1
+
+
+def test_bad_memory_quantity_is_rejected_at_its_location() -> None:
+    assert error_locations(roles=[{"resources": {"memory": "lots"}}]) == [("roles", 0, "resources", "memory")]
+
+
+@pytest.mark.parametrize("cpu", [0, -1, 5000])
+def test_cpu_out_of_range_is_rejected(cpu: float) -> None:
+    assert error_locations(roles=[{"resources": {"cpu": cpu}}]) == [("roles", 0, "resources", "cpu")]
+
+
+@pytest.mark.parametrize(("cpu", "whole"), [(0.1, 1), (0.5, 1), (1, 1), (1.5, 2), (2.0, 2), (2.01, 3)])
+def test_whole_cpus_rounds_up(cpu: float, whole: int) -> None:
+    assert Resources(cpu=cpu).whole_cpus == whole
+
+
+# --------------------------------------------------------------------------- other fields
+
+
+def test_max_runtime_accepts_a_duration_string() -> None:
+    assert spec(max_runtime="10m").max_runtime == 600.0
+    assert error_locations(max_runtime="forever") == [("max_runtime",)]
+
+
+def test_snapshot_must_be_a_sha256_hex_digest() -> None:
+    digest = "ab" * 32
+    assert spec(snapshot=digest).snapshot == digest
+    assert error_locations(snapshot="AB" * 32) == [("snapshot",)]
+    assert error_locations(snapshot="ab" * 31) == [("snapshot",)]
+
+
+def test_unknown_framework_is_rejected() -> None:
+    assert error_locations(framework="jax") == [("framework",)]
+
+
+def test_spec_is_frozen() -> None:
+    job = spec()
+    with pytest.raises(ValidationError):
+        job.name = "other"  # type: ignore[misc]
+
+
+# --------------------------------------------------------------------------- lifecycle
+
+
+def test_every_status_has_a_transition_entry() -> None:
+    assert set(ALLOWED_TRANSITIONS) == set(JobStatus)
+
+
+@pytest.mark.parametrize("terminal", sorted(TERMINAL_STATUSES, key=lambda status: status.value))
+def test_terminal_statuses_have_no_transitions(terminal: JobStatus) -> None:
+    assert terminal.is_terminal
+    assert not terminal.is_active
+    assert not any(can_transition(terminal, target) for target in JobStatus)
+
+
+def test_terminal_statuses_are_succeeded_failed_cancelled() -> None:
+    assert TERMINAL_STATUSES == {JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED}
+
+
+def test_queued_cannot_jump_to_running() -> None:
+    assert not can_transition(JobStatus.QUEUED, JobStatus.RUNNING)
+    assert can_transition(JobStatus.QUEUED, JobStatus.SCHEDULED)
+
+
+def test_running_can_succeed_fail_be_cancelled_or_preempted() -> None:
+    for target in (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED, JobStatus.PREEMPTED):
+        assert can_transition(JobStatus.RUNNING, target)
+    assert not can_transition(JobStatus.RUNNING, JobStatus.QUEUED)
+
+
+def test_no_status_transitions_to_itself() -> None:
+    assert not any(can_transition(status, status) for status in JobStatus)
+
+
+def test_every_non_terminal_status_can_reach_a_terminal_one() -> None:
+    for start in JobStatus:
+        seen, frontier = {start}, [start]
+        while frontier:
+            for target in ALLOWED_TRANSITIONS[frontier.pop()]:
+                if target not in seen:
+                    seen.add(target)
+                    frontier.append(target)
+        assert seen & TERMINAL_STATUSES, start
+
+
+def test_active_statuses_are_those_with_processes() -> None:
+    active = {status for status in JobStatus if status.is_active}
+    assert active == {JobStatus.SCHEDULED, JobStatus.STARTING, JobStatus.RUNNING, JobStatus.RESTARTING}
