@@ -366,3 +366,25 @@ def test_memory_cgroup_of_a_replica_that_stays_within_its_limit_is_removed(
     finally:
         if (memory_parent / name).exists():
             cgroups.remove_cgroup(memory_parent / name)
+
+
+def test_memory_cgroup_is_removed_even_when_the_command_leaves_processes_behind(
+    tmp_path: Path, memory_parent: Path
+) -> None:
+    name = f"test-launcher-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    pid_file = tmp_path / "leftover.pid"
+    directory = write_config(
+        tmp_path / "leaves",
+        ["/bin/sh", "-c", f"sleep 1000 > /dev/null 2>&1 & echo $! > {pid_file}; exit 0"],
+        memory_cgroup_parent=str(memory_parent),
+        cgroup_name=name,
+        memory_bytes=256 * MEBIBYTE,
+    )
+    try:
+        run_launcher(directory)
+        assert read_json(directory / EXIT_FILE)["exit_code"] == 0
+        assert wait_for(lambda: process_gone(int(pid_file.read_text())), timeout=3)
+        assert not (memory_parent / name).exists(), "the replica's cgroup was left behind"
+    finally:
+        if (memory_parent / name).exists():
+            cgroups.remove_cgroup(memory_parent / name)

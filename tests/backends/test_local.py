@@ -105,6 +105,13 @@ def observe_until(backend: LocalBackend, refs: Sequence[ReplicaRef], predicate: 
     return seen
 
 
+def process_gone(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
 def is_running(observation: ReplicaObservation) -> bool:
     return observation.state == "running"
 
@@ -279,8 +286,22 @@ def test_stop_with_force_kills_the_replicas_and_their_commands(launches: Launche
     backend.stop(refs, force=True)
     observed = observe_until(backend, refs, is_gone)
     assert observed[refs[0].replica_id].state == "lost"
-    assert wait_for(lambda: not psutil.pid_exists(command_pid) or
-                    psutil.Process(command_pid).status() == psutil.STATUS_ZOMBIE, timeout=3)
+    assert wait_for(lambda: process_gone(command_pid), timeout=3)
+
+
+def test_stop_with_force_removes_the_replicas_memory_cgroup(launches: Launches) -> None:
+    backend = make_backend()
+    if backend.memory_parent is None:
+        pytest.skip(backend.notes[0] if backend.notes else "no memory cgroup parent")
+    attempt, refs = launches.start(backend, ["sleep", "30"], ["sleep", "30"])
+    observe_until(backend, refs, is_running)
+    groups = [backend.memory_parent / cgroup_name(attempt.job_id, attempt.attempt, replica.name)
+              for replica in attempt.replicas]
+    assert all(group.is_dir() for group in groups)
+
+    backend.stop(refs, force=True)
+    # A stopped replica is never stopped again (gone replicas are skipped): no later call cleans up.
+    assert not any(group.exists() for group in groups), "a force-stopped replica's cgroup was left behind"
 
 
 def test_replica_that_exits_zero_is_observed_exited_zero(launches: Launches) -> None:

@@ -10,8 +10,8 @@ from conftest import RunningServer
 LISTING = """
 import json, os, pathlib
 here = pathlib.Path.cwd()
-files = sorted(str(p.relative_to(here)) for p in here.rglob('*') if p.is_file())
 (here / f"written-by-{os.environ['RANK']}").write_text('x')
+files = sorted(str(p.relative_to(here)) for p in here.rglob('*') if p.is_file())
 print('LISTING ' + json.dumps({'cwd': str(here), 'files': files, 'data': (here / 'data.txt').read_text()}))
 """
 
