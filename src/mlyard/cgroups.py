@@ -7,8 +7,10 @@ reported (and shown by `mlyard nodes`) and replicas run without a memory limit.
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
+import time
 from pathlib import Path
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
@@ -93,15 +95,24 @@ def kill_all(cgroup: Path, *, except_pid: int | None = None) -> None:
                 pass
 
 
-def remove_cgroup(cgroup: Path, *, keep_pid: int | None = None) -> None:
-    """Kills what is left in the cgroup, moves `keep_pid` back to the parent, removes it."""
+def remove_cgroup(cgroup: Path, *, keep_pid: int | None = None, timeout: float = 2.0) -> None:
+    """Kills what is left in the cgroup, moves `keep_pid` back to the parent, removes it.
+
+    A killed process leaves the cgroup only once it has exited, which takes a moment; until
+    then rmdir fails with EBUSY, so it is retried for up to `timeout` seconds."""
     kill_all(cgroup, except_pid=keep_pid)
     if keep_pid is not None:
         try:
             add_process(cgroup.parent, keep_pid)
         except OSError:
             pass
-    try:
-        cgroup.rmdir()
-    except OSError:
-        pass
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            cgroup.rmdir()
+            return
+        except OSError as error:
+            if error.errno != errno.EBUSY or time.monotonic() >= deadline:
+                return
+        time.sleep(0.01)
+        kill_all(cgroup, except_pid=keep_pid)

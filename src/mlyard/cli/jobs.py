@@ -195,14 +195,18 @@ def cancel(job_id: JobArgument, output: OutputOption = OutputFormat.table) -> No
 def wait(
     job_id: JobArgument,
     timeout: Annotated[Optional[float], typer.Option(help="give up after this many seconds")] = None,
+    follow: Annotated[bool, typer.Option("--follow", "-f", help="stream rank 0's log and status changes")] = False,
     output: OutputOption = OutputFormat.table,
 ) -> None:
     """Wait for a job to end; exit 0 only if it succeeded."""
     with Client() as client:
-        job = client.wait(job_id, timeout=timeout)
+        if follow:
+            job = follow_job(client, client.job(job_id))
+        else:
+            job = client.wait(job_id, timeout=timeout)
     if output is OutputFormat.json:
         print_json(job)
-    else:
+    elif not follow:
         note = f": {job.message}" if job.message else ""
         errors.print(f"job {job.id} {status_text(job.status)}{note}", highlight=False)
     if job.status is not JobStatus.SUCCEEDED:

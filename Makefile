@@ -1,0 +1,37 @@
+# The quickstart: `make demo` and `make test`.
+PYTHON ?= python3
+VENV := .venv
+TF_VENV := .venv-tf
+BIN := $(VENV)/bin
+
+.PHONY: demo test test-fast bench clean
+
+$(VENV)/.installed: pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "mlyard needs Python 3.11 or newer")'
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[examples,test]'
+	touch $@
+
+# TensorFlow lives in an environment of its own: the TF example's job points PATH at it.
+$(TF_VENV)/.installed: examples/requirements-tf.txt examples/requirements-tf-nodeps.txt
+	$(PYTHON) -m venv $(TF_VENV)
+	$(TF_VENV)/bin/pip install --quiet --upgrade pip
+	$(TF_VENV)/bin/pip install --quiet -r examples/requirements-tf.txt
+	$(TF_VENV)/bin/pip install --quiet --no-deps -r examples/requirements-tf-nodeps.txt
+	touch $@
+
+demo: $(VENV)/.installed
+	./scripts/demo.sh
+
+test: $(VENV)/.installed $(TF_VENV)/.installed
+	MLYARD_TF_ENV=$(abspath $(TF_VENV)) $(BIN)/python -m pytest
+
+test-fast: $(VENV)/.installed
+	$(BIN)/python -m pytest -m "not slow"
+
+bench: $(VENV)/.installed
+	$(BIN)/python bench/launch.py
+
+clean:
+	rm -rf $(VENV) $(TF_VENV) build src/*.egg-info
