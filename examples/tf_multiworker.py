@@ -99,7 +99,7 @@ def make_dataset(x, y, global_batch: int, shuffle_seed: int | None) -> tf.data.D
     return ds.with_options(options)
 
 
-def build_model() -> tf.keras.Model:
+def build_model(total_steps: int) -> tf.keras.Model:
     model = tf.keras.Sequential(
         [
             tf.keras.layers.Input(shape=(64,)),
@@ -109,7 +109,11 @@ def build_model() -> tf.keras.Model:
         ]
     )
     model.compile(
-        optimizer=tf.keras.optimizers.Adam(learning_rate=3e-3),
+        # Decaying the learning rate to zero settles the weights, giving a
+        # steadier final accuracy than a constant rate for the same epochs.
+        optimizer=tf.keras.optimizers.Adam(
+            learning_rate=tf.keras.optimizers.schedules.CosineDecay(3e-3, total_steps)
+        ),
         loss=tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True),
         metrics=["accuracy"],
     )
@@ -171,12 +175,13 @@ def main() -> int:
     train_ds = make_dataset(x_train, y_train, global_batch, shuffle_seed=args.seed)
     test_ds = make_dataset(x_test, y_test, global_batch, shuffle_seed=None)
 
+    steps_per_epoch = len(x_train) // global_batch
     with strategy.scope():
-        model = build_model()
+        model = build_model(total_steps=args.epochs * steps_per_epoch)
     model.fit(
         train_ds,
         epochs=args.epochs,
-        steps_per_epoch=len(x_train) // global_batch,
+        steps_per_epoch=steps_per_epoch,
         verbose=0,
         callbacks=[EpochLog(args.epochs)],
     )

@@ -399,3 +399,17 @@ def test_a_ref_without_pid_is_lost_unless_an_exit_was_recorded(tmp_path: Path) -
     assert backend.observe([ref])[5].state == "lost"
     (directory / EXIT_FILE).write_text(json.dumps({"exit_code": 2, "signal": None, "finished_at": 1.0}))
     assert backend.observe([ref])[5] == ReplicaObservation(state="exited", exit_code=2, finished_at=1.0)
+
+
+def test_stopping_a_lost_replica_kills_the_command_its_launcher_left_behind(launches: Launches) -> None:
+    backend = make_backend()
+    _, refs = launches.start(backend, ["sleep", "30"])
+    observe_until(backend, refs, is_running)
+    command_pid = json.loads((refs[0].directory / STARTED_FILE).read_text())["pid"]
+
+    os.kill(refs[0].pid, signal.SIGKILL)  # the launcher alone: its command lives on, orphaned
+    assert observe_until(backend, refs, is_gone)[refs[0].replica_id].state == "lost"
+    assert not process_gone(command_pid)
+
+    backend.stop(refs, force=True)
+    assert wait_for(lambda: process_gone(command_pid), timeout=3)

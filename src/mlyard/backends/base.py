@@ -118,11 +118,19 @@ class Backend(abc.ABC):
         """The current state of each replica, by replica_id."""
 
     def stop(self, replicas: Sequence[ReplicaRef], *, force: bool) -> None:
-        """SIGTERM (or SIGKILL when `force`) to every replica still there; gone ones are skipped."""
-        present = [ref for ref in replicas if not self.observe([ref])[ref.replica_id].is_gone]
+        """SIGTERM (or SIGKILL when `force`) to every replica still there. For replicas already
+        gone, only what they may have left behind is cleaned up; stopping twice is harmless."""
+        observed = self.observe(replicas)
+        present = [ref for ref in replicas if not observed[ref.replica_id].is_gone]
+        gone = [ref for ref in replicas if observed[ref.replica_id].is_gone]
         if present:
             self._stop_present(present, force=force)
+        if gone:
+            self._clean_up_gone(gone)
 
     @abc.abstractmethod
     def _stop_present(self, replicas: Sequence[ReplicaRef], *, force: bool) -> None:
         """Signals replicas known to be present a moment ago."""
+
+    def _clean_up_gone(self, replicas: Sequence[ReplicaRef]) -> None:
+        """Removes what replicas that ended abnormally left behind (orphaned processes)."""

@@ -38,6 +38,8 @@ from mlyard.launcher import EXIT_FILE, LAUNCH_CONFIG, LAUNCHER_LOG, STARTED_FILE
 NODE_ADDRESS = "127.0.0.1"
 # A pid is the same process only if it started when we recorded it (pids are reused).
 START_TIME_TOLERANCE = 0.05
+# started.json is written just after the command's process is created.
+ORPHAN_START_TOLERANCE = 2.0
 
 
 class LocalBackend(Backend):
@@ -199,6 +201,20 @@ class LocalBackend(Backend):
                 pass
             if force:
                 self._kill_cgroup(ref)
+
+    def _clean_up_gone(self, replicas: Sequence[ReplicaRef]) -> None:
+        """A launcher killed outright leaves its command's process group running."""
+        for ref in replicas:
+            started = read_json(ref.directory / STARTED_FILE)
+            if started is not None:
+                try:
+                    leader = psutil.Process(started["pid"])
+                    # The group is the command's only if its leader is the process the launcher started.
+                    if abs(leader.create_time() - started["started_at"]) < ORPHAN_START_TOLERANCE:
+                        os.killpg(started["pid"], signal.SIGKILL)
+                except (psutil.Error, ProcessLookupError, PermissionError):
+                    pass
+            self._kill_cgroup(ref)
 
     def _kill_cgroup(self, ref: ReplicaRef) -> None:
         """Processes that left their process group are still in the replica's cgroup."""

@@ -126,7 +126,9 @@ class Controller:
             for attempt in _holding_attempts(session):
                 if attempt.launched_at is None:
                     continue
-                self._record_replicas(attempt, observations, now)
+                lost = self._record_replicas(attempt, observations, now)
+                if lost:  # whatever a vanished replica left running goes too
+                    stops.append(_Stop(replicas=lost, force=True))
                 job = attempt.job
                 replicas = attempt.replicas
                 if JobStatus(job.status) is JobStatus.STARTING and all(r.state in ("running", *GONE) for r in replicas):
@@ -150,7 +152,11 @@ class Controller:
         return stops, transient
 
     @staticmethod
-    def _record_replicas(attempt: AttemptRow, observations: dict[int, ReplicaObservation], now: float) -> None:
+    def _record_replicas(
+        attempt: AttemptRow, observations: dict[int, ReplicaObservation], now: float
+    ) -> list[ReplicaRef]:
+        """Updates replica rows; returns the replicas first seen lost in this pass."""
+        lost = []
         for replica in attempt.replicas:
             observation = observations.get(replica.id)
             if observation is None or replica.state in GONE:
@@ -160,6 +166,9 @@ class Controller:
             if observation.is_gone:
                 replica.exit_code = observation.exit_code
                 replica.finished_at = observation.finished_at or now
+            if observation.state == "lost":
+                lost.append(_ref(replica))
+        return lost
 
     def _judge(self, session: Session, attempt: AttemptRow, all_gone: bool, now: float) -> None:
         """Decides whether an attempt with no stop in progress must stop, or has succeeded."""
