@@ -16,9 +16,9 @@ echo "Job $job: $status"
 echo "Test accuracy: ${accuracy:-not reported}"
 echo
 echo "Look further (after 'source .venv/bin/activate', or with .venv/bin/mlyard):"
-echo "  mlyard jobs --all          every job and its status"
-echo "  mlyard show $job            replicas, exit codes, events, last log lines"
-echo "  mlyard logs $job --replica 1   what rank 1 printed"
-echo "  mlyard nodes               the node, its CPUs, memory and GPUs"
+printf '  %-30s %s\n' "mlyard jobs --all" "every job and its status" \
+  "mlyard show $job" "replicas, exit codes, events, last log lines" \
+  "mlyard logs $job --replica 1" "what rank 1 printed" \
+  "mlyard nodes" "the node, its CPUs, memory and GPUs"
 echo "Stop the server with: mlyard server stop"
 [ "$status" = SUCCEEDED ]

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable
-from pathlib import Path
 
 from mlyard.api_models import SnapshotInfo
 from mlyard.errors import MlyardError, NotFound, PayloadTooLarge
@@ -52,6 +51,3 @@ def get_snapshot(database: Database, principal: auth.Principal, digest: str) -> 
             raise NotFound(f"snapshot {digest[:12]} does not exist")
         return SnapshotInfo(digest=row.digest, size=row.size)
 
-
-def snapshot_path(store: BlobStore, digest: str) -> Path:
-    return store.path_for(digest)
