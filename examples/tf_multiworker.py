@@ -22,6 +22,7 @@ import argparse
 import faulthandler
 import json
 import shutil
+import signal
 import sys
 import tempfile
 
@@ -30,9 +31,9 @@ import tensorflow as tf
 from sklearn.datasets import load_digits
 from sklearn.model_selection import train_test_split
 
-# How long a collective (or the initial wait for all workers) may take before
-# the job fails, instead of hanging until the platform's max_runtime.
-COLLECTIVE_TIMEOUT_S = 60
+# How long a worker waits for all its peers to join before giving up, instead
+# of hanging until the platform's max_runtime.
+JOIN_TIMEOUT_S = 60
 
 
 def parse_args() -> argparse.Namespace:
@@ -72,14 +73,23 @@ def make_strategy() -> tf.distribute.Strategy:
     # hang. It blocks inside TensorFlow while holding the GIL, so a Python
     # thread cannot act as the watchdog; faulthandler's C-level timer can: it
     # prints where the process is stuck and exits with status 1.
-    faulthandler.dump_traceback_later(COLLECTIVE_TIMEOUT_S, exit=True)
+    #
+    # Once running, a dead peer is detected by the coordination service's
+    # heartbeats. CommunicationOptions(timeout_seconds=...) is deliberately not
+    # used: in TensorFlow 2.21 every collective with a timeout starts a thread
+    # that lives for the whole timeout, and a few thousand steps exhaust the
+    # process's threads.
+    faulthandler.dump_traceback_later(JOIN_TIMEOUT_S, exit=True)
     try:
-        options = tf.distribute.experimental.CommunicationOptions(
-            timeout_seconds=COLLECTIVE_TIMEOUT_S
-        )
-        return tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
+        strategy = tf.distribute.MultiWorkerMirroredStrategy()
     finally:
         faulthandler.cancel_dump_traceback_later()
+    # The coordination service installs a SIGTERM handler that only records a
+    # preemption notice (for tf.distribute's failure-handling API, unused
+    # here), so the process would ignore SIGTERM; restore the default so that
+    # cancelling the job stops the worker at once.
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    return strategy
 
 
 def load_data(seed: int) -> tuple[np.ndarray, ...]:

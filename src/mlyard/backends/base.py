@@ -9,7 +9,7 @@ and `launch` submits exactly that.
 from __future__ import annotations
 
 import abc
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -96,6 +96,9 @@ class ReplicaObservation:
 
 class Backend(abc.ABC):
     name: str
+    notify: Callable[[], None] | None = None
+    """Set by the controller: a backend that learns of a change early (a process exited) may
+    call it to have the change observed at once instead of on the next tick."""
 
     @abc.abstractmethod
     def nodes(self) -> list[NodeDescription]:

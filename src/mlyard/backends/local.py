@@ -15,6 +15,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -133,11 +134,17 @@ class LocalBackend(Backend):
                 close_fds=True,
             )
         self._children[process.pid] = process
+        threading.Thread(target=self._watch, args=(process,), name=f"watch-{process.pid}", daemon=True).start()
         try:
             started_at = psutil.Process(process.pid).create_time()
         except psutil.NoSuchProcess:
             started_at = None
         return ReplicaHandle(replica_id=replica.replica_id, pid=process.pid, pid_started_at=started_at)
+
+    def _watch(self, process: subprocess.Popen) -> None:
+        process.wait()
+        if self.notify is not None:
+            self.notify()
 
     @staticmethod
     def _ref(handle: ReplicaHandle, launch: AttemptLaunch) -> ReplicaRef:

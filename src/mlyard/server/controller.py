@@ -78,6 +78,7 @@ class Controller:
     def start(self) -> None:
         """Records the backend's nodes, settles attempts a previous server left half-launched,
         and starts the loop. Replicas a previous server started are observed like any other."""
+        self.backend.notify = self.wake
         record_nodes(self.database, self.backend.name, self.backend.nodes())
         self._settle_unlaunched_attempts()
         self._thread = threading.Thread(target=self._loop, name="mlyard-controller", daemon=True)
@@ -113,9 +114,9 @@ class Controller:
         for stop in stops:
             self.backend.stop(stop.replicas, force=stop.force)
         started = self._schedule(time.time())
-        if transient or started:
-            return self.settings.busy_tick_seconds
-        return self.settings.idle_tick_seconds if not references else max(self.settings.busy_tick_seconds, 0.5)
+        # Exits of replicas this server started wake the loop at once (backend.notify); the
+        # tick covers the rest: starts, stops in progress, replicas of a previous server.
+        return self.settings.busy_tick_seconds if transient or started else self.settings.idle_tick_seconds
 
     def _apply_observations(
         self, observations: dict[int, ReplicaObservation], now: float

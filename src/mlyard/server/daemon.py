@@ -10,6 +10,7 @@ import json
 import logging
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -69,6 +70,7 @@ def start_background(settings: ServerSettings) -> ServerState:
     current = state(paths)
     if current.running:
         return current
+    _check_port_free(settings)
     paths.home.mkdir(parents=True, exist_ok=True)
     with open(paths.server_log, "ab") as log_file:
         process = subprocess.Popen(
@@ -89,6 +91,19 @@ def start_background(settings: ServerSettings) -> ServerState:
         time.sleep(0.2)
     process.terminate()
     raise MlyardError(f"the server did not answer within {START_TIMEOUT:.0f}s; see {paths.server_log}")
+
+
+def _check_port_free(settings: ServerSettings) -> None:
+    """Another process on the port would answer our health checks: refuse before starting."""
+    with socket.socket() as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((settings.host, settings.port))
+        except OSError as error:
+            raise MlyardError(
+                f"cannot listen on {settings.host}:{settings.port}: {error.strerror} "
+                "(another server? choose a port with --port or MLYARD_PORT)"
+            ) from None
 
 
 def stop_background(paths: Paths) -> ServerState:

@@ -1,0 +1,48 @@
+"""The server as a background process: start, status, stop, and what happens to running jobs."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from pathlib import Path
+
+from conftest import MLYARD, start_server, stop_server
+
+
+def test_server_start_status_stop_and_jobs_outliving_a_server_restart(tmp_path: Path) -> None:
+    server = start_server(tmp_path / "home")
+    try:
+        status = server.cli("server", "status")
+        assert status.returncode == 0 and f"127.0.0.1:{server.port}" in status.stderr
+        again = server.cli("server", "start")
+        assert again.returncode == 0 and "already running" in again.stderr
+        assert (server.home / "server.log").exists() and (server.home / "server.pid").exists()
+
+        job = server.cli_json("run", "--no-code", "--name", "outlives", "--", "sh", "-c", "sleep 4; echo done")
+        deadline = time.monotonic() + 20
+        while server.cli_json("show", str(job["id"]))["status"] != "RUNNING":
+            assert time.monotonic() < deadline, "the job never started"
+            time.sleep(0.2)
+
+        stopped = server.cli("server", "stop")
+        assert stopped.returncode == 0 and "stopped" in stopped.stderr
+        assert server.cli("server", "status").returncode == 1
+        assert not (server.home / "server.pid").exists()
+
+        server.cli("server", "start", check=True)
+        assert server.cli("wait", str(job["id"]), "--timeout", "60").returncode == 0
+        assert server.cli("logs", str(job["id"]), check=True).stdout.strip() == "done"
+    finally:
+        stop_server(server)
+
+
+def test_a_second_server_on_a_busy_port_fails_with_the_reason(tmp_path: Path) -> None:
+    first = start_server(tmp_path / "first")
+    try:
+        second_env = {**first.env, "MLYARD_HOME": str(tmp_path / "second")}
+        result = subprocess.run([MLYARD, "server", "start"], env=second_env, capture_output=True, text=True, timeout=90)
+        assert result.returncode == 1
+        assert "cannot listen on" in result.stderr and "Traceback" not in result.stderr
+        assert not (tmp_path / "second" / "server.pid").exists()
+    finally:
+        stop_server(first)
