@@ -11,12 +11,12 @@ import sys
 import tarfile
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import psutil
 import pytest
+from conftest import process_gone, wait_for
 
 from mlyard import cgroups
 from mlyard.launcher import EXIT_FILE, LAUNCH_CONFIG, OUTPUT_LOG, STARTED_FILE
@@ -79,22 +79,6 @@ def read_json(path: Path) -> dict[str, Any]:
 
 def output_of(directory: Path) -> str:
     return (directory / OUTPUT_LOG).read_text()
-
-
-def wait_for(condition: Callable[[], bool], timeout: float = 5.0, interval: float = 0.02) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(interval)
-    return condition()
-
-
-def process_gone(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return True
 
 
 @pytest.fixture

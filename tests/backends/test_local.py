@@ -15,6 +15,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+from conftest import process_gone, wait_for
 
 from mlyard import cgroups
 from mlyard.backends.base import (
@@ -28,15 +29,6 @@ from mlyard.backends.local import NODE_ADDRESS, LocalBackend, cgroup_name
 from mlyard.launcher import EXIT_FILE, LAUNCH_CONFIG, STARTED_FILE
 
 MEBIBYTE = 1024 * 1024
-
-
-def wait_for(condition: Callable[[], bool], timeout: float = 5.0, interval: float = 0.02) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(interval)
-    return condition()
 
 
 def make_backend() -> LocalBackend:
@@ -103,13 +95,6 @@ def observe_until(backend: LocalBackend, refs: Sequence[ReplicaRef], predicate: 
 
     wait_for(satisfied, timeout=timeout)
     return seen
-
-
-def process_gone(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return True
 
 
 def is_running(observation: ReplicaObservation) -> bool:

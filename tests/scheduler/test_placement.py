@@ -35,7 +35,7 @@ def assert_valid(nodes: list[Node], replicas, placements) -> None:
     assert len(placements) == len(replicas)
     used: set[tuple[str, str, int]] = set()
     memory: dict[str, int] = {}
-    for replica, placement in zip(replicas, placements):
+    for replica, placement in zip(replicas, placements, strict=False):
         assert (placement.role, placement.index) == (replica.role, replica.index)
         target = by_name[placement.node]
         assert len(placement.cpu_ids) == replica.cores
@@ -171,13 +171,13 @@ def test_placement_is_deterministic_and_independent_of_node_order():
 def _brute_force_fits(nodes: list[Node], replicas: list[ReplicaRequest]) -> bool:
     for assignment in itertools.product(range(len(nodes)), repeat=len(replicas)):
         load = [[0, 0, 0] for _ in nodes]
-        for replica, k in zip(replicas, assignment):
+        for replica, k in zip(replicas, assignment, strict=False):
             load[k][0] += replica.cores
             load[k][1] += replica.gpu
             load[k][2] += replica.memory_bytes
         if all(
             c <= len(n.cpu_ids) and g <= len(n.gpu_ids) and m <= n.memory_bytes
-            for (c, g, m), n in zip(load, nodes)
+            for (c, g, m), n in zip(load, nodes, strict=False)
         ):
             return True
     return False

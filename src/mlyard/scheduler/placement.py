@@ -30,7 +30,7 @@ def _demand(replica: ReplicaRequest) -> tuple[int, int, int]:
 
 
 def _fits(demand: tuple[int, int, int], capacity: Sequence[int]) -> bool:
-    return all(need <= have for need, have in zip(demand, capacity))
+    return all(need <= have for need, have in zip(demand, capacity, strict=False))
 
 
 def place_gang(
@@ -61,22 +61,22 @@ def place_gang(
 
 
 def _single_node(views: Sequence[NodeFree], demands: list[tuple[int, int, int]]) -> list[int] | None:
-    total = tuple(sum(column) for column in zip(*demands))
+    total = tuple(sum(column) for column in zip(*demands, strict=False))
     candidates = [k for k, view in enumerate(views) if _fits(total, view.counts())]
     if not candidates:
         return None
     # Best fit: leave big, empty nodes for the gangs that need them.
     best = min(
         candidates,
-        key=lambda k: tuple(have - need for have, need in zip(views[k].counts(), total)),
+        key=lambda k: tuple(have - need for have, need in zip(views[k].counts(), total, strict=False)),
     )
     return [best] * len(demands)
 
 
 def _spread(views: Sequence[NodeFree], demands: list[tuple[int, int, int]]) -> list[int] | None:
     """Return a node index per replica, or None; exhaustive up to SEARCH_BUDGET."""
-    total = [sum(column) for column in zip(*demands)]
-    available = [sum(column) for column in zip(*(view.counts() for view in views))] or [0, 0, 0]
+    total = [sum(column) for column in zip(*demands, strict=False)]
+    available = [sum(column) for column in zip(*(view.counts() for view in views), strict=False)] or [0, 0, 0]
     if not _fits(tuple(total), available):
         return None
     needs_gpu = total[0] > 0
@@ -144,7 +144,7 @@ def _bind(
     next_cpu = [0] * len(views)
     next_gpu = [0] * len(views)
     placements = []
-    for replica, k in zip(replicas, assignment):
+    for replica, k in zip(replicas, assignment, strict=False):
         view = views[k]
         cpu_ids = tuple(view.cpu_ids[next_cpu[k] : next_cpu[k] + replica.cores])
         gpu_ids = tuple(view.gpu_ids[next_gpu[k] : next_gpu[k] + replica.gpu])
