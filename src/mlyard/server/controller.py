@@ -53,6 +53,16 @@ def _ref(replica: ReplicaRow) -> ReplicaRef:
                       pid=replica.pid, pid_started_at=replica.pid_started_at)
 
 
+def _placement_text(decision: StartJob) -> str:
+    parts = []
+    for placement in decision.placements:
+        text = f"{placement.role}-{placement.index} on {placement.node} cpus {','.join(map(str, placement.cpu_ids))}"
+        if placement.gpu_ids:
+            text += f" gpus {','.join(map(str, placement.gpu_ids))}"
+        parts.append(text)
+    return "placed " + "; ".join(parts)
+
+
 def _holding_attempts(session: Session) -> list[AttemptRow]:
     return list(
         session.scalars(
@@ -217,7 +227,7 @@ class Controller:
 
     def _start(self, decision: StartJob, addresses: dict[str, str]) -> None:
         count = len(decision.placements)
-        ports = self.backend.reserve_ports(decision.placements[0].node, count + 1)
+        master_port, replica_ports = self._reserve_ports(decision)
         now = time.time()
         with self.database.transaction() as session:
             job = session.get(JobRow, decision.job_id)
@@ -225,7 +235,7 @@ class Controller:
                 return
             spec = JobSpec.model_validate(job.spec)
             job.attempt_count += 1
-            attempt = AttemptRow(job_id=job.id, number=job.attempt_count, created_at=now, master_port=ports[0])
+            attempt = AttemptRow(job_id=job.id, number=job.attempt_count, created_at=now, master_port=master_port)
             session.add(attempt)
             session.flush()
             slots, rows = [], []
@@ -241,16 +251,16 @@ class Controller:
                 rows.append(row)
                 slots.append(ReplicaSlot(
                     role=placement.role, index=placement.index, rank=rank, node=placement.node,
-                    address=addresses[placement.node], port=ports[rank + 1],
+                    address=addresses[placement.node], port=replica_ports[rank],
                     cpu_count=len(placement.cpu_ids), gpu_ids=tuple(placement.gpu_ids),
                 ))
             session.flush()
             token = auth.issue_token(session, name=f"job {job.id} attempt {attempt.number}", user_id=job.owner_id,
                                      job_id=job.id)
-            switch_status(session, job, JobStatus.SCHEDULED, message=None, now=now)
+            switch_status(session, job, JobStatus.SCHEDULED, message=_placement_text(decision), now=now)
             checkpoint_directory = self.settings.paths.checkpoint_directory(job.id)
             context = JobContext(job_id=job.id, attempt=attempt.number, api_url=self.settings.url, token=token,
-                                 checkpoint_directory=str(checkpoint_directory), master_port=ports[0])
+                                 checkpoint_directory=str(checkpoint_directory), master_port=master_port)
             environments = replica_environments(spec, slots, context)
             roles = {role.name: role for role in spec.roles}
             launch = AttemptLaunch(
@@ -287,6 +297,17 @@ class Controller:
             attempt.launched_at = time.time()
             switch_status(session, attempt.job, JobStatus.STARTING, now=attempt.launched_at)
         log.info("job %s attempt %s: launched %d replicas", decision.job_id, attempt.number, count)
+
+    def _reserve_ports(self, decision: StartJob) -> tuple[int, list[int]]:
+        """A master port on rank 0's node, and one port per replica on its own node."""
+        master_node = decision.placements[0].node
+        wanted: dict[str, int] = {}
+        for placement in decision.placements:
+            wanted[placement.node] = wanted.get(placement.node, 0) + 1
+        wanted[master_node] += 1
+        free = {node: iter(self.backend.reserve_ports(node, count)) for node, count in wanted.items()}
+        master_port = next(free[master_node])
+        return master_port, [next(free[placement.node]) for placement in decision.placements]
 
     def _settle_unlaunched_attempts(self) -> None:
         """An attempt with no recorded launch was interrupted by a server stop between

@@ -35,8 +35,7 @@ def switch_status(
     now = time.time() if now is None else now
     job.status = target.value
     job.updated_at = now
-    if message is not None:
-        job.message = message
+    job.message = message  # the reason for the latest change; none for a plain step forward
     if target is JobStatus.RUNNING and job.started_at is None:
         job.started_at = now
     if target.is_terminal:
