@@ -1,10 +1,13 @@
-"""Train a small Keras classifier on scikit-learn's 8x8 digits with MultiWorkerMirroredStrategy.
+"""Train a small Keras classifier on scikit-learn's 8x8 digits, multi-worker.
+
+Synchronous data parallelism with tf.distribute.MultiWorkerMirroredStrategy.
 
 Each worker reads its role from the standard TF_CONFIG variable, e.g. for two
 workers on one host:
 
-    TF_CONFIG='{"cluster": {"worker": ["127.0.0.1:12345", "127.0.0.1:12346"]},
-                "task": {"type": "worker", "index": 0}}' python examples/tf_multiworker.py
+    export TF_CONFIG='{"cluster": {"worker": ["127.0.0.1:12345", "127.0.0.1:12346"]},
+                       "task": {"type": "worker", "index": 0}}'
+    python examples/tf_multiworker.py
 
 Without TF_CONFIG the script trains as a single local worker. Needs the packages
 in examples/requirements-tf.txt (TensorFlow with the tf-keras package).
@@ -15,7 +18,7 @@ import os
 # Keras 3's model.fit does not work under MultiWorkerMirroredStrategy, so use
 # the tf-keras package (Keras 2). This must be set before tensorflow is imported.
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
-# Hide TensorFlow's C++ info/warning chatter so the training log stays readable.
+# Hide most of TensorFlow's C++ info/warning output so the training log stays readable.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import argparse
@@ -75,10 +78,11 @@ def make_strategy() -> tf.distribute.Strategy:
     # prints where the process is stuck and exits with status 1.
     #
     # Once running, a dead peer is detected by the coordination service's
-    # heartbeats. CommunicationOptions(timeout_seconds=...) is deliberately not
-    # used: in TensorFlow 2.21 every collective with a timeout starts a thread
-    # that lives for the whole timeout, and a few thousand steps exhaust the
-    # process's threads.
+    # heartbeats (a killed or frozen peer fails the job within seconds).
+    # CommunicationOptions(timeout_seconds=...) is deliberately not used: in
+    # TensorFlow 2.21 each collective given a timeout keeps a thread alive for
+    # that long, so threads pile up by the thousand within seconds of training
+    # until the process aborts.
     faulthandler.dump_traceback_later(JOIN_TIMEOUT_S, exit=True)
     try:
         strategy = tf.distribute.MultiWorkerMirroredStrategy()
@@ -92,13 +96,13 @@ def make_strategy() -> tf.distribute.Strategy:
     return strategy
 
 
-def load_data(seed: int) -> tuple[np.ndarray, ...]:
+def load_data() -> tuple[np.ndarray, ...]:
     # The digits images ship inside scikit-learn, so no download is needed.
     digits = load_digits()
     x = (digits.data / 16.0).astype(np.float32)  # 64 pixels, values 0..16
     y = digits.target.astype(np.int64)
-    # The split is fixed (not derived from --seed), so all workers and all
-    # runs evaluate on the same images.
+    # A fixed split (independent of --seed), so all workers and all runs
+    # evaluate on the same images.
     return train_test_split(x, y, test_size=0.2, random_state=0, stratify=y)
 
 
@@ -187,7 +191,7 @@ def main() -> int:
     # The strategy must be created before any other TensorFlow op runs.
     strategy = make_strategy()
 
-    x_train, x_test, y_train, y_test = load_data(args.seed)
+    x_train, x_test, y_train, y_test = load_data()
     global_batch = args.batch_size * strategy.num_replicas_in_sync
     train_ds = make_dataset(x_train, y_train, global_batch, shuffle_seed=args.seed)
     test_ds = make_dataset(x_test, y_test, global_batch, shuffle_seed=None)
