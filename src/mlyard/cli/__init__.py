@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 
 import typer
@@ -37,3 +38,9 @@ def main() -> None:
         sys.exit(1)
     except KeyboardInterrupt:
         sys.exit(130)
+    except Exception as error:  # a bug still gets one line; MLYARD_DEBUG=1 shows the traceback
+        if os.environ.get("MLYARD_DEBUG"):
+            raise
+        errors.print(f"[red]error:[/] unexpected {type(error).__name__}: {escape(str(error))} "
+                     "(set MLYARD_DEBUG=1 for the traceback)", highlight=False)
+        sys.exit(1)

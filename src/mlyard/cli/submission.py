@@ -41,8 +41,9 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
         key, separator, raw = override.partition("=")
         if not separator or not key:
             raise UsageError(f"--set expects key=value, got {override!r}")
-        value = yaml.safe_load(raw) if raw else ""
         parts = key.split(".")
+        # Environment values are strings as written: LR=0.010 must not become 0.01.
+        value = raw if len(parts) > 1 and parts[-2] == "env" else (yaml.safe_load(raw) if raw else "")
         target: Any = data
         for position, part in enumerate(parts[:-1]):
             following = parts[position + 1]
