@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import wait_for
 from sqlalchemy import select
 
 from mlyard.backends.base import (
@@ -215,3 +216,48 @@ def test_switch_status_checks_the_transition_and_records_an_event(world) -> None
         events = session.scalars(select(JobEventRow).where(JobEventRow.job_id == job_id).order_by(JobEventRow.id)).all()
         assert [(e.from_status, e.to_status) for e in events] == [(None, "QUEUED"), ("QUEUED", "CANCELLED")]
         assert session.get(JobRow, job_id).finished_at is not None
+
+
+def test_request_handlers_and_the_controller_write_concurrently_without_errors(world) -> None:
+    import threading
+
+    database, backend, controller = world
+    failures: list[BaseException] = []
+    stop = threading.Event()
+
+    def controller_loop() -> None:
+        while not stop.is_set():
+            try:
+                controller.reconcile_once()
+                for launch in list(backend.launches):
+                    for rank in range(len(launch.replicas)):
+                        backend.exit(launch, rank, 0)
+            except BaseException as error:  # noqa: BLE001 - collected for the assertion
+                failures.append(error)
+
+    def client(index: int) -> None:
+        try:
+            for _ in range(10):
+                job_id = submit(database, replicas=1)
+                if index % 2:
+                    jobs.cancel(database, ADMIN, job_id, wake=lambda: None)
+        except BaseException as error:  # noqa: BLE001
+            failures.append(error)
+
+    loop = threading.Thread(target=controller_loop)
+    loop.start()
+    clients = [threading.Thread(target=client, args=(index,)) for index in range(6)]
+    for thread in clients:
+        thread.start()
+    for thread in clients:
+        thread.join()
+
+    def all_ended() -> bool:
+        with database.transaction() as session:
+            return all(JobStatus(job.status).is_terminal for job in session.scalars(select(JobRow)))
+
+    ended = wait_for(all_ended, timeout=30)
+    stop.set()
+    loop.join()
+    assert failures == []
+    assert ended, "every job reached a terminal status"

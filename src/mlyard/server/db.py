@@ -19,6 +19,8 @@ MIGRATIONS = Path(__file__).with_name("migrations")
 
 
 def _sqlite_pragmas(dbapi_connection, _record) -> None:
+    # SQLAlchemy, not the driver, opens transactions (see _sqlite_begin).
+    dbapi_connection.isolation_level = None
     cursor = dbapi_connection.cursor()
     # WAL lets API readers proceed while the controller writes; the busy timeout turns brief
     # write contention into a wait instead of a "database is locked" error.
@@ -29,10 +31,18 @@ def _sqlite_pragmas(dbapi_connection, _record) -> None:
     cursor.close()
 
 
+def _sqlite_begin(connection) -> None:
+    # A deferred transaction that reads and then writes fails at once with "database is
+    # locked" when another writer committed in between; taking the write lock up front makes
+    # concurrent transactions (API handlers, the controller) wait their turn instead.
+    connection.exec_driver_sql("BEGIN IMMEDIATE")
+
+
 def make_engine(url: str) -> Engine:
     if url.startswith("sqlite"):
         engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 10})
         event.listen(engine, "connect", _sqlite_pragmas)
+        event.listen(engine, "begin", _sqlite_begin)
         return engine
     return create_engine(url, pool_pre_ping=True)
 
