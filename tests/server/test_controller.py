@@ -19,7 +19,7 @@ from mlyard.backends.base import (
     ReplicaRef,
 )
 from mlyard.config import Paths
-from mlyard.errors import InvalidTransition
+from mlyard.errors import Conflict, InvalidTransition
 from mlyard.server import auth
 from mlyard.server.controller import Controller
 from mlyard.server.db import Database
@@ -240,7 +240,10 @@ def test_request_handlers_and_the_controller_write_concurrently_without_errors(w
             for _ in range(10):
                 job_id = submit(database, replicas=1)
                 if index % 2:
-                    jobs.cancel(database, ADMIN, job_id, wake=lambda: None)
+                    try:
+                        jobs.cancel(database, ADMIN, job_id, wake=lambda: None)
+                    except Conflict:  # it may have run and ended already: a fair answer
+                        pass
         except BaseException as error:  # noqa: BLE001
             failures.append(error)
 
