@@ -370,3 +370,20 @@ def test_memory_cgroup_is_removed_even_when_the_command_leaves_processes_behind(
     finally:
         if (memory_parent / name).exists():
             cgroups.remove_cgroup(memory_parent / name)
+
+
+def test_processes_that_leave_the_commands_session_are_killed_when_it_ends(tmp_path: Path) -> None:
+    pid_file = tmp_path / "escaped.pid"
+    directory = write_config(tmp_path / "escape", ["/bin/sh", "-c", f"setsid sleep 300 & echo $! > {pid_file}; sleep 0.5"])
+    run_launcher(directory)
+    assert read_json(directory / EXIT_FILE)["exit_code"] == 0
+    assert wait_for(lambda: process_gone(int(pid_file.read_text())), timeout=3)
+
+
+def test_a_program_that_is_not_executable_exits_126(tmp_path: Path) -> None:
+    program = tmp_path / "not-executable.sh"
+    program.write_text("#!/bin/sh\necho hi\n")
+    directory = write_config(tmp_path / "noexec", [str(program)])
+    run_launcher(directory)
+    assert read_json(directory / EXIT_FILE)["exit_code"] == 126
+    assert "cannot run" in output_of(directory)

@@ -93,9 +93,11 @@ class Client:
             params["attempt"] = attempt
         return LogChunk.model_validate(self._request("GET", f"/jobs/{job_id}/logs", params=params).json())
 
-    def follow_logs(self, job_id: int, *, replica: str | None = None, poll_seconds: float = 0.5) -> Iterator[str]:
-        """Yields log text as it is written until the replica is done and the job has ended."""
-        offset, attempt = 0, None
+    def follow_logs(self, job_id: int, *, replica: str | None = None, attempt: int | None = None,
+                    poll_seconds: float = 0.5) -> Iterator[str]:
+        """Yields log text as it is written until the replica is done (or the job has ended);
+        the latest attempt unless `attempt` is given."""
+        offset = 0
         while True:
             chunk = self.logs(job_id, replica=replica, attempt=attempt, offset=offset)
             attempt = attempt or chunk.attempt or None

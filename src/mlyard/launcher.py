@@ -25,8 +25,11 @@ OUTPUT_LOG = "output.log"
 STARTED_FILE = "started.json"
 EXIT_FILE = "exit.json"
 LAUNCHER_LOG = "launcher.log"
+LAUNCHER_FILE = "launcher.json"  # written by the backend: the launcher's pid and start time
 CODE_DIRECTORY = "code"
 COMMAND_NOT_FOUND = 127
+COMMAND_NOT_EXECUTABLE = 126
+_PR_SET_CHILD_SUBREAPER = 36
 
 
 def write_json_atomically(path: Path, payload: dict) -> None:
@@ -40,6 +43,33 @@ def read_json(path: Path) -> dict | None:
         return json.loads(path.read_text())
     except (OSError, ValueError):
         return None
+
+
+def _become_subreaper() -> None:
+    """Processes the command detaches into sessions of their own (torchrun's workers do) are
+    re-parented to the launcher instead of init, so `_kill_descendants` still finds them."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+
+
+def _kill_descendants() -> None:
+    """SIGKILL to every process still below the launcher, then reap them."""
+    import psutil
+
+    try:
+        leftovers = psutil.Process().children(recursive=True)
+    except psutil.Error:
+        return
+    for process in leftovers:
+        try:
+            process.kill()
+        except psutil.Error:
+            pass
+    psutil.wait_procs(leftovers, timeout=2)
 
 
 class Launcher:
@@ -65,6 +95,7 @@ class Launcher:
     def run(self) -> int:
         signal.signal(signal.SIGTERM, self.on_signal)
         signal.signal(signal.SIGINT, self.on_signal)
+        _become_subreaper()
         try:
             exit_code = self._run_command()
         except Exception as error:  # the user sees it in their log, the controller in exit.json
@@ -111,10 +142,12 @@ class Launcher:
                     stdout=output,
                     stderr=subprocess.STDOUT,
                     process_group=0,
+                    # The server keeps its own files private (umask 077); the job's are the user's.
+                    umask=0o022,
                 )
             except (FileNotFoundError, PermissionError) as error:
                 output.write(f"mlyard: cannot run {config['command'][0]!r}: {error.strerror}\n".encode())
-                return COMMAND_NOT_FOUND
+                return COMMAND_NOT_FOUND if isinstance(error, FileNotFoundError) else COMMAND_NOT_EXECUTABLE
         # A signal that came while the child was being created had no child to go to.
         if self.terminating_signal is not None:
             self.on_signal(self.terminating_signal, None)
@@ -141,6 +174,7 @@ class Launcher:
                 os.killpg(self.child.pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 pass
+            _kill_descendants()
         if self.cgroup is not None:
             from mlyard import cgroups
 

@@ -368,9 +368,13 @@ def test_a_reused_pid_is_not_taken_for_the_replica(tmp_path: Path) -> None:
         time.sleep(0.1)
         assert stranger.poll() is None, "a process that merely reuses the pid was signalled"
 
-        same = ReplicaRef(replica_id=1, node="local", directory=directory, pid=stranger.pid,
-                          pid_started_at=real_start)
-        assert backend.observe([same])[1].state == "pending"
+        # Even a matching start time does not make a process that is not this replica's launcher one.
+        same_start = ReplicaRef(replica_id=1, node="local", directory=directory, pid=stranger.pid,
+                                pid_started_at=real_start)
+        assert backend.observe([same_start])[1].state == "lost"
+        backend.stop([same_start], force=True)
+        time.sleep(0.1)
+        assert stranger.poll() is None
     finally:
         stranger.kill()
         stranger.wait()
@@ -398,3 +402,28 @@ def test_stopping_a_lost_replica_kills_the_command_its_launcher_left_behind(laun
 
     backend.stop(refs, force=True)
     assert wait_for(lambda: process_gone(command_pid), timeout=3)
+
+
+def test_a_directory_left_by_an_earlier_database_does_not_speak_for_a_new_replica(launches: Launches) -> None:
+    backend = make_backend()
+    attempt = make_attempt(launches.runs, ["sleep", "30"])
+    stale = attempt.replicas[0].directory
+    stale.mkdir(parents=True)
+    (stale / EXIT_FILE).write_text('{"exit_code": 3, "signal": null, "finished_at": 1.0}')
+    handles = backend.launch(attempt)
+    launches.started.append((backend, attempt, handles))
+    refs = refs_for(attempt, handles)
+    assert observe_until(backend, refs, is_running)[refs[0].replica_id].state == "running"
+    assert [path.name for path in stale.parent.iterdir() if ".stale-" in path.name], "the old files were kept aside"
+
+
+def test_a_launch_the_database_never_recorded_is_found_from_its_directory(launches: Launches) -> None:
+    backend = make_backend()
+    _, refs = launches.start(backend, ["sleep", "30"])
+    observe_until(backend, refs, is_running)
+    unrecorded = ReplicaRef(replica_id=refs[0].replica_id, node=refs[0].node, directory=refs[0].directory,
+                            pid=None, pid_started_at=None)
+    restarted = make_backend()
+    assert restarted.observe([unrecorded])[unrecorded.replica_id].state == "running"
+    restarted.stop([unrecorded], force=True)
+    assert observe_until(restarted, [unrecorded], is_gone)[unrecorded.replica_id].is_gone

@@ -45,6 +45,13 @@ def test_a_bad_spec_is_answered_422_with_the_field_path(server: RunningServer, s
     assert field in body["message"]
 
 
+def test_absurd_ids_and_offsets_are_422_not_500(server: RunningServer) -> None:
+    with api(server) as client:
+        for path in ("/jobs/99999999999999999999", "/jobs/1/logs?offset=99999999999999999999", "/jobs/0"):
+            response = client.get(path)
+            assert response.status_code == 422, path
+
+
 def test_unknown_job_is_404(server: RunningServer) -> None:
     with api(server) as client:
         for method, path in (("GET", "/jobs/99999"), ("POST", "/jobs/99999/cancel"), ("GET", "/jobs/99999/logs")):

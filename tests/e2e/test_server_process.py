@@ -46,3 +46,43 @@ def test_a_second_server_on_a_busy_port_fails_with_the_reason(tmp_path: Path) ->
         assert not (tmp_path / "second" / "server.pid").exists()
     finally:
         stop_server(first)
+
+
+def test_a_second_server_on_the_same_home_is_refused_and_the_first_keeps_running(tmp_path: Path) -> None:
+    server = start_server(tmp_path / "home")
+    try:
+        other_port = {**server.env, "MLYARD_PORT": str(server.port + 1)}
+        result = subprocess.run([MLYARD, "server", "run"], env=other_port, capture_output=True, text=True, timeout=60)
+        assert result.returncode == 1
+        assert "another mlyard server is running" in result.stderr
+        assert server.cli("server", "status").returncode == 0
+        assert server.cli("jobs").returncode == 0
+    finally:
+        stop_server(server)
+
+
+def test_a_stale_pid_file_is_not_taken_for_a_server(tmp_path: Path) -> None:
+    home = tmp_path / "stale"
+    home.mkdir()
+    bystander = subprocess.Popen(["sleep", "60"])
+    try:
+        (home / "server.pid").write_text(str(bystander.pid))
+        (home / "server.json").write_text(f'{{"url": "http://127.0.0.1:9", "pid": {bystander.pid}}}')
+        environment = {"MLYARD_HOME": str(home), "PATH": "/usr/bin:/bin"}
+        status = subprocess.run([MLYARD, "server", "status"], env=environment, capture_output=True, text=True)
+        assert status.returncode == 1 and "not running" in status.stderr
+        subprocess.run([MLYARD, "server", "stop"], env=environment, capture_output=True, text=True, timeout=30)
+        assert bystander.poll() is None, "stop must not signal a process that is not the server"
+    finally:
+        bystander.kill()
+        bystander.wait()
+
+
+def test_the_home_is_private_to_its_owner(tmp_path: Path) -> None:
+    server = start_server(tmp_path / "home")
+    try:
+        assert server.home.stat().st_mode & 0o777 == 0o700
+        for name in ("mlyard.db", "admin.token", "server.log"):
+            assert (server.home / name).stat().st_mode & 0o077 == 0, name
+    finally:
+        stop_server(server)

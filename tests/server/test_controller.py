@@ -24,7 +24,7 @@ from mlyard.server import auth
 from mlyard.server.controller import Controller
 from mlyard.server.db import Database
 from mlyard.server.rows import ApiTokenRow, AttemptRow, JobEventRow, JobRow
-from mlyard.server.services import jobs
+from mlyard.server.services import jobs, logs
 from mlyard.server.services.nodes import record_nodes
 from mlyard.server.settings import ServerSettings
 from mlyard.spec import JobSpec, JobStatus
@@ -146,6 +146,16 @@ def test_a_failing_replica_stops_the_others_and_fails_the_job(world) -> None:
         assert tokens and all(token.revoked_at is not None for token in tokens)
 
 
+def test_sigterm_goes_out_once_per_stop(world) -> None:
+    database, backend, controller = world
+    job_id = submit(database, replicas=1)
+    controller.reconcile_once()
+    jobs.cancel(database, ADMIN, job_id, wake=lambda: None)
+    for _ in range(5):
+        controller.reconcile_once()
+    assert [force for _, force in backend.stops] == [False], "a checkpointing handler is not interrupted"
+
+
 def test_a_stop_escalates_to_sigkill_after_the_grace_period(world) -> None:
     database, backend, controller = world
     controller.settings = ServerSettings(paths=controller.settings.paths, stop_grace_seconds=0)
@@ -178,7 +188,26 @@ def test_a_failed_launch_fails_the_job_with_the_reason(world) -> None:
     with database.transaction() as session:
         job = session.get(JobRow, job_id)
         assert job.status == "FAILED" and "could not start: no such image" in job.message
-        assert session.scalars(select(AttemptRow)).one().finished_at is not None
+        attempt = session.scalars(select(AttemptRow)).one()
+        assert attempt.finished_at is not None
+        assert {replica.state for replica in attempt.replicas} == {"lost"}
+    chunk = logs.read_log(database, ADMIN, job_id)
+    assert chunk.complete, "following the log of a job that never ran ends"
+
+
+def test_a_failed_launch_of_a_cancelled_job_ends_cancelled(world) -> None:
+    database, backend, controller = world
+    backend.fail_launch = True
+    job_id = submit(database)
+    original_launch = backend.launch
+
+    def cancel_then_fail(launch):
+        jobs.cancel(database, ADMIN, job_id, wake=lambda: None)
+        return original_launch(launch)
+
+    backend.launch = cancel_then_fail
+    controller.reconcile_once()
+    assert status(database, job_id) is JobStatus.CANCELLED
 
 
 def test_max_runtime_fails_the_job(world) -> None:

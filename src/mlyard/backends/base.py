@@ -76,6 +76,13 @@ class ReplicaRef:
     pid_started_at: float | None
 
 
+def handle_reference(handle: ReplicaHandle, launch: AttemptLaunch) -> ReplicaRef:
+    """The reference to a replica just started from `launch`."""
+    replica = next(r for r in launch.replicas if r.replica_id == handle.replica_id)
+    return ReplicaRef(replica_id=handle.replica_id, node=replica.node, directory=replica.directory,
+                      pid=handle.pid, pid_started_at=handle.pid_started_at)
+
+
 ReplicaState = Literal["pending", "running", "exited", "lost"]
 
 

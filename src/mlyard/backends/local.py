@@ -16,6 +16,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -32,13 +33,25 @@ from mlyard.backends.base import (
     ReplicaLaunch,
     ReplicaObservation,
     ReplicaRef,
+    handle_reference,
 )
 from mlyard.backends.gpus import local_gpus
-from mlyard.launcher import EXIT_FILE, LAUNCH_CONFIG, LAUNCHER_LOG, STARTED_FILE, read_json
+from mlyard.launcher import (
+    EXIT_FILE,
+    LAUNCH_CONFIG,
+    LAUNCHER_FILE,
+    LAUNCHER_LOG,
+    STARTED_FILE,
+    read_json,
+    write_json_atomically,
+)
 
 NODE_ADDRESS = "127.0.0.1"
 # A pid is the same process only if it started when we recorded it (pids are reused).
-START_TIME_TOLERANCE = 0.05
+# Start times derive from the boot time, which moves a little when the clock is stepped; the
+# command line check below is what tells a reused pid apart.
+START_TIME_TOLERANCE = 1.0
+LAUNCHER_MODULE = "mlyard.launcher"
 # started.json is written just after the command's process is created.
 ORPHAN_START_TOLERANCE = 2.0
 
@@ -113,12 +126,15 @@ class LocalBackend(Backend):
             for replica, plan in zip(launch.replicas, self.dryrun(launch), strict=True):
                 handles.append(self._start(replica, plan))
         except Exception:
-            self._stop_present([self._ref(handle, launch) for handle in handles], force=True)
+            self._stop_present([handle_reference(handle, launch) for handle in handles], force=True)
             raise
         return handles
 
     def _start(self, replica: ReplicaLaunch, plan: dict[str, Any]) -> ReplicaHandle:
-        replica.directory.mkdir(parents=True, exist_ok=True)
+        if replica.directory.exists():
+            # Left by a database that was reset: its files must not speak for this replica.
+            replica.directory.rename(replica.directory.with_name(f"{replica.directory.name}.stale-{time.time_ns()}"))
+        replica.directory.mkdir(parents=True)
         config_path = replica.directory / LAUNCH_CONFIG
         # The config holds the job's API token: readable by the owner only.
         descriptor = os.open(config_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -139,6 +155,8 @@ class LocalBackend(Backend):
             started_at = psutil.Process(process.pid).create_time()
         except psutil.NoSuchProcess:
             started_at = None
+        # Found again by a restarted server even if the launch was never recorded in the database.
+        write_json_atomically(replica.directory / LAUNCHER_FILE, {"pid": process.pid, "started_at": started_at})
         return ReplicaHandle(replica_id=replica.replica_id, pid=process.pid, pid_started_at=started_at)
 
     def _watch(self, process: subprocess.Popen) -> None:
@@ -147,12 +165,18 @@ class LocalBackend(Backend):
             self.notify()
 
     @staticmethod
-    def _ref(handle: ReplicaHandle, launch: AttemptLaunch) -> ReplicaRef:
-        replica = next(r for r in launch.replicas if r.replica_id == handle.replica_id)
-        return ReplicaRef(replica_id=handle.replica_id, node=replica.node, directory=replica.directory,
-                          pid=handle.pid, pid_started_at=handle.pid_started_at)
+    def _resolve(ref: ReplicaRef) -> ReplicaRef:
+        """Fills in the launcher's pid from its directory when the database never got it."""
+        if ref.pid is not None:
+            return ref
+        recorded = read_json(ref.directory / LAUNCHER_FILE)
+        if recorded is None:
+            return ref
+        return ReplicaRef(replica_id=ref.replica_id, node=ref.node, directory=ref.directory,
+                          pid=recorded["pid"], pid_started_at=recorded["started_at"])
 
     def _alive(self, ref: ReplicaRef) -> bool:
+        ref = self._resolve(ref)
         if ref.pid is None:
             return False
         child = self._children.get(ref.pid)
@@ -165,9 +189,27 @@ class LocalBackend(Backend):
             process = psutil.Process(ref.pid)
             if ref.pid_started_at is not None and abs(process.create_time() - ref.pid_started_at) > START_TIME_TOLERANCE:
                 return False
+            # A process is this replica's launcher only if it runs the launcher on this directory.
+            if not {LAUNCHER_MODULE, str(ref.directory)} <= set(process.cmdline()):
+                return False
             return process.status() != psutil.STATUS_ZOMBIE
-        except psutil.NoSuchProcess:
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
             return False
+
+    @staticmethod
+    def _command_group(ref: ReplicaRef) -> int | None:
+        """The user command's process group, if its leader is still the process the launcher
+        started (and not a later process that reused the pid)."""
+        started = read_json(ref.directory / STARTED_FILE)
+        if started is None:
+            return None
+        try:
+            leader = psutil.Process(started["pid"])
+            if abs(leader.create_time() - started["started_at"]) < ORPHAN_START_TOLERANCE:
+                return started["pid"]
+        except psutil.Error:
+            pass
+        return None
 
     def observe(self, replicas: Sequence[ReplicaRef]) -> dict[int, ReplicaObservation]:
         result = {}
@@ -195,13 +237,14 @@ class LocalBackend(Backend):
             if not self._alive(ref):
                 self._kill_cgroup(ref)
                 continue
+            ref = self._resolve(ref)
             try:
                 if force:
                     # SIGKILL cannot be forwarded: reach the launcher's and the command's groups.
+                    command_group = self._command_group(ref)
                     os.killpg(ref.pid, signal.SIGKILL)
-                    started = read_json(ref.directory / STARTED_FILE)
-                    if started is not None:
-                        os.killpg(started["pid"], signal.SIGKILL)
+                    if command_group is not None:
+                        os.killpg(command_group, signal.SIGKILL)
                 else:
                     os.kill(ref.pid, signal.SIGTERM)  # the launcher forwards it to the command's group
             except (ProcessLookupError, PermissionError):
@@ -212,14 +255,11 @@ class LocalBackend(Backend):
     def _clean_up_gone(self, replicas: Sequence[ReplicaRef]) -> None:
         """A launcher killed outright leaves its command's process group running."""
         for ref in replicas:
-            started = read_json(ref.directory / STARTED_FILE)
-            if started is not None:
+            command_group = self._command_group(ref)
+            if command_group is not None:
                 try:
-                    leader = psutil.Process(started["pid"])
-                    # The group is the command's only if its leader is the process the launcher started.
-                    if abs(leader.create_time() - started["started_at"]) < ORPHAN_START_TOLERANCE:
-                        os.killpg(started["pid"], signal.SIGKILL)
-                except (psutil.Error, ProcessLookupError, PermissionError):
+                    os.killpg(command_group, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
                     pass
             self._kill_cgroup(ref)
 
@@ -230,7 +270,8 @@ class LocalBackend(Backend):
         directory = ref.directory
         cgroup = self.memory_parent / cgroup_name(directory.parent.parent.name, directory.parent.name, directory.name)
         if cgroup.is_dir():
-            cgroups.remove_cgroup(cgroup)
+            # Short: the controller waits on this; a busy cgroup is retried on a later pass.
+            cgroups.remove_cgroup(cgroup, timeout=0.2)
 
 
 def cgroup_name(job_id: int | str, attempt: int | str, replica: str) -> str:

@@ -22,7 +22,7 @@ from mlyard.cli.output import (
     status_text,
 )
 from mlyard.cli.submission import UsageError, apply_overrides, load_spec_file, upload_code, validate_spec
-from mlyard.client import Client
+from mlyard.client import Client, ClientError
 from mlyard.spec import JobStatus
 
 OutputOption = Annotated[OutputFormat, typer.Option("--output", "-o", help="table or json")]
@@ -42,7 +42,8 @@ def _submit_and_report(spec_data: dict, *, context: Path, no_code: bool, follow:
             return
         errors.print(f"Submitted job [bold]{job.id}[/] ({job.name}), {status_text(job.status)}")
         if follow:
-            final = follow_job(client, job)
+            # With --output json, stdout carries only the JSON document; the log goes to stderr.
+            final = follow_job(client, job, log_stream=sys.stderr if output is OutputFormat.json else None)
             if output is OutputFormat.json:
                 print_json(final)
             if final.status is not JobStatus.SUCCEEDED:
@@ -51,8 +52,10 @@ def _submit_and_report(spec_data: dict, *, context: Path, no_code: bool, follow:
             print(job.id)
 
 
-def follow_job(client: Client, job: JobInfo) -> JobInfo:
-    """Streams rank 0's log and the job's status changes until it ends."""
+def follow_job(client: Client, job: JobInfo, *, timeout: float | None = None, log_stream=None) -> JobInfo:
+    """Streams rank 0's log and the job's status changes until it ends (or `timeout` passes)."""
+    log_stream = log_stream or sys.stdout
+    deadline = None if timeout is None else time.monotonic() + timeout
     last_status = None
     offset, attempt = 0, None
     while True:
@@ -70,13 +73,15 @@ def follow_job(client: Client, job: JobInfo) -> JobInfo:
                 if not chunk.text:
                     break
                 text_seen = True
-                sys.stdout.write(chunk.text)
-                sys.stdout.flush()
+                log_stream.write(chunk.text)
+                log_stream.flush()
                 offset = chunk.next_offset
         if current.status.is_terminal and not text_seen:
             runtime = duration((current.finished_at or 0) - current.started_at) if current.started_at else "-"
             errors.print(f"Job {current.id} {status_text(current.status)} after {runtime}", highlight=False)
             return current
+        if deadline is not None and time.monotonic() > deadline:
+            raise ClientError(f"job {job.id} is still {current.status.value} after {timeout:g}s")
         time.sleep(0.3)
 
 
@@ -169,7 +174,7 @@ def logs(
     """Print a replica's output (stdout and stderr)."""
     with Client() as client:
         if follow:
-            for text in client.follow_logs(job_id, replica=replica):
+            for text in client.follow_logs(job_id, replica=replica, attempt=attempt):
                 sys.stdout.write(text)
                 sys.stdout.flush()
             return
@@ -201,7 +206,8 @@ def wait(
     """Wait for a job to end; exit 0 only if it succeeded."""
     with Client() as client:
         if follow:
-            job = follow_job(client, client.job(job_id))
+            job = follow_job(client, client.job(job_id), timeout=timeout,
+                             log_stream=sys.stderr if output is OutputFormat.json else None)
         else:
             job = client.wait(job_id, timeout=timeout)
     if output is OutputFormat.json:

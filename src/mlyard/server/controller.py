@@ -22,7 +22,14 @@ from dataclasses import dataclass
 from sqlalchemy import select
 from sqlalchemy.orm import Session, selectinload
 
-from mlyard.backends.base import AttemptLaunch, Backend, ReplicaLaunch, ReplicaObservation, ReplicaRef
+from mlyard.backends.base import (
+    AttemptLaunch,
+    Backend,
+    ReplicaLaunch,
+    ReplicaObservation,
+    ReplicaRef,
+    handle_reference,
+)
 from mlyard.rendezvous import JobContext, ReplicaSlot, replica_environments
 from mlyard.scheduler import StartJob, decide
 from mlyard.server import auth
@@ -154,10 +161,12 @@ class Controller:
                         switch_status(session, job, JobStatus(attempt.stop_outcome), message=attempt.stop_reason, now=now)
                     else:
                         transient = True
-                        stops.append(_Stop(
-                            replicas=[_ref(r) for r in replicas if r.state not in GONE],
-                            force=now >= (attempt.stop_deadline or now),
-                        ))
+                        force = now >= (attempt.stop_deadline or now)
+                        # SIGTERM once; SIGKILL on every pass after the deadline until all are gone.
+                        if force or attempt.stop_signalled_at is None:
+                            attempt.stop_signalled_at = attempt.stop_signalled_at or now
+                            stops.append(_Stop(replicas=[_ref(r) for r in replicas if r.state not in GONE],
+                                               force=force))
                 elif JobStatus(job.status) is JobStatus.STARTING:
                     transient = True
         return stops, transient
@@ -230,7 +239,7 @@ class Controller:
         master_port, replica_ports = self._reserve_ports(decision)
         now = time.time()
         with self.database.transaction() as session:
-            job = session.get(JobRow, decision.job_id)
+            job = session.get(JobRow, decision.job_id, with_for_update=True)
             if job is None or JobStatus(job.status) is not JobStatus.QUEUED:
                 return
             spec = JobSpec.model_validate(job.spec)
@@ -283,20 +292,38 @@ class Controller:
             handles = self.backend.launch(launch)
         except Exception as error:
             log.exception("job %s: launch failed", decision.job_id)
+            self._abandon(attempt_id, f"could not start: {error}")
+            return
+        try:
             with self.database.transaction() as session:
                 attempt = session.get(AttemptRow, attempt_id)
-                attempt.finished_at = time.time()
-                switch_status(session, attempt.job, JobStatus.FAILED, message=f"could not start: {error}")
+                by_id = {replica.id: replica for replica in attempt.replicas}
+                for handle in handles:
+                    by_id[handle.replica_id].pid = handle.pid
+                    by_id[handle.replica_id].pid_started_at = handle.pid_started_at
+                attempt.launched_at = time.time()
+                switch_status(session, attempt.job, JobStatus.STARTING, now=attempt.launched_at)
+        except Exception as error:  # started but not recorded: nothing may run unaccounted for
+            log.exception("job %s: recording the launch failed", decision.job_id)
+            self.backend.stop([handle_reference(handle, launch) for handle in handles], force=True)
+            self._abandon(attempt_id, f"could not record the start: {error}")
             return
+        log.info("job %s attempt %s: launched %d replicas", decision.job_id, launch.attempt, count)
+
+    def _abandon(self, attempt_id: int, reason: str) -> None:
+        """Ends an attempt that never ran: its job fails (or is cancelled, if that was asked)."""
         with self.database.transaction() as session:
             attempt = session.get(AttemptRow, attempt_id)
-            by_id = {replica.id: replica for replica in attempt.replicas}
-            for handle in handles:
-                by_id[handle.replica_id].pid = handle.pid
-                by_id[handle.replica_id].pid_started_at = handle.pid_started_at
-            attempt.launched_at = time.time()
-            switch_status(session, attempt.job, JobStatus.STARTING, now=attempt.launched_at)
-        log.info("job %s attempt %s: launched %d replicas", decision.job_id, attempt.number, count)
+            now = time.time()
+            attempt.finished_at = now
+            for replica in attempt.replicas:
+                if replica.state not in GONE:
+                    replica.state, replica.finished_at = "lost", now
+            job = attempt.job
+            if JobStatus(job.status).is_terminal:
+                return
+            outcome = JobStatus.CANCELLED if job.cancel_requested_at is not None else JobStatus.FAILED
+            switch_status(session, job, outcome, message=reason, now=now)
 
     def _reserve_ports(self, decision: StartJob) -> tuple[int, list[int]]:
         """A master port on rank 0's node, and one port per replica on its own node."""
@@ -311,10 +338,10 @@ class Controller:
 
     def _settle_unlaunched_attempts(self) -> None:
         """An attempt with no recorded launch was interrupted by a server stop between
-        scheduling and launching; its job cannot tell what ran, so it fails with that reason."""
+        scheduling and launching: whatever it may have started is killed, and its job fails."""
         with self.database.transaction() as session:
-            for attempt in _holding_attempts(session):
-                if attempt.launched_at is None:
-                    attempt.finished_at = time.time()
-                    switch_status(session, attempt.job, JobStatus.FAILED,
-                                  message="the server stopped while this job was being started")
+            unlaunched = [(attempt.id, [_ref(replica) for replica in attempt.replicas])
+                          for attempt in _holding_attempts(session) if attempt.launched_at is None]
+        for attempt_id, references in unlaunched:
+            self.backend.stop(references, force=True)
+            self._abandon(attempt_id, "the server stopped while this job was being started")

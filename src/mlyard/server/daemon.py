@@ -6,6 +6,7 @@ A background server is `python -m mlyard server run` in a session of its own, wi
 
 from __future__ import annotations
 
+import fcntl
 import json
 import logging
 import os
@@ -15,6 +16,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import httpx
 import psutil
@@ -34,17 +36,40 @@ class ServerState:
     url: str | None
 
 
-def state(paths: Paths) -> ServerState:
+def _lock_path(paths: Paths) -> Path:
+    return paths.home / "server.lock"
+
+
+def _lock_held(paths: Paths) -> bool:
+    """True while a server of this home runs: it holds `server.lock` for its whole life, so a
+    stale pid file (after a crash or a reboot) can never be mistaken for a server."""
     try:
-        pid = int(paths.server_pid.read_text().strip())
-    except (OSError, ValueError):
+        with open(_lock_path(paths), "a") as handle:
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return True
+            fcntl.flock(handle, fcntl.LOCK_UN)
+            return False
+    except OSError:
+        return False
+
+
+def state(paths: Paths) -> ServerState:
+    if not paths.home.is_dir() or not _lock_held(paths):
         return ServerState(running=False, pid=None, url=None)
     try:
-        url = json.loads(paths.server_info.read_text())["url"]
+        info = json.loads(paths.server_info.read_text())
+        return ServerState(running=True, pid=int(info["pid"]), url=info["url"])
     except (OSError, ValueError, KeyError):
-        url = None
-    alive = psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    return ServerState(running=alive, pid=pid if alive else None, url=url)
+        return ServerState(running=True, pid=None, url=None)
+
+
+def _prepare_home(paths: Paths) -> None:
+    """Job specs (with their env values), logs and tokens live here: private to the owner."""
+    os.umask(0o077)
+    paths.home.mkdir(parents=True, exist_ok=True, mode=0o700)
+    paths.home.chmod(0o700)
 
 
 def run_foreground(settings: ServerSettings) -> None:
@@ -53,7 +78,12 @@ def run_foreground(settings: ServerSettings) -> None:
     from mlyard.server.app import create_app
 
     paths = settings.paths
-    paths.home.mkdir(parents=True, exist_ok=True)
+    _prepare_home(paths)
+    lock = open(_lock_path(paths), "a")  # held, not closed, until this process ends
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        raise MlyardError(f"another mlyard server is running with MLYARD_HOME={paths.home}") from None
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     paths.server_pid.write_text(str(os.getpid()))
     paths.server_info.write_text(json.dumps({"url": settings.url, "pid": os.getpid()}))
@@ -61,8 +91,8 @@ def run_foreground(settings: ServerSettings) -> None:
         uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level="warning",
                     timeout_graceful_shutdown=5)
     finally:
-        if paths.server_pid.exists() and paths.server_pid.read_text().strip() == str(os.getpid()):
-            paths.server_pid.unlink(missing_ok=True)
+        paths.server_pid.unlink(missing_ok=True)
+        lock.close()
 
 
 def start_background(settings: ServerSettings) -> ServerState:
@@ -71,7 +101,7 @@ def start_background(settings: ServerSettings) -> ServerState:
     if current.running:
         return current
     _check_port_free(settings)
-    paths.home.mkdir(parents=True, exist_ok=True)
+    _prepare_home(paths)
     with open(paths.server_log, "ab") as log_file:
         process = subprocess.Popen(
             [sys.executable, "-m", "mlyard", "server", "run", "--host", settings.host, "--port", str(settings.port)],

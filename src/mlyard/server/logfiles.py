@@ -22,7 +22,7 @@ def read(replica_directory: str | Path, offset: int, limit: int = MAX_CHUNK) -> 
         with open(path, "rb") as handle:
             handle.seek(offset)
             data = handle.read(min(limit, MAX_CHUNK))
-    except FileNotFoundError:
+    except OSError:  # not written yet, or its directory is gone: nothing to show
         return b"", offset
     if data and not data.endswith(b"\n"):
         cut = data.rfind(b"\n")
@@ -46,6 +46,6 @@ def tail(replica_directory: str | Path, lines: int) -> list[str]:
             end = handle.tell()
             handle.seek(max(0, end - 64 * 1024))
             data = handle.read()
-    except FileNotFoundError:
+    except OSError:
         return []
     return data.decode("utf-8", errors="replace").splitlines()[-lines:]

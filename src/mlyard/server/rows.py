@@ -75,7 +75,7 @@ class JobRow(Base):
 
 class AttemptRow(Base):
     """One start of a whole job. `stop_*` columns record a stop in progress: the controller
-    sends SIGTERM, escalates to SIGKILL after `stop_deadline`, and applies `stop_outcome` to the
+    sends SIGTERM once, escalates to SIGKILL after `stop_deadline`, and applies `stop_outcome` to the
     job once no replica is left."""
 
     __tablename__ = "attempts"
@@ -90,6 +90,8 @@ class AttemptRow(Base):
     finished_at: Mapped[float | None] = mapped_column(Float, nullable=True)
     stop_requested_at: Mapped[float | None] = mapped_column(Float, nullable=True)
     stop_deadline: Mapped[float | None] = mapped_column(Float, nullable=True)
+    stop_signalled_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    """When SIGTERM went out: it is sent once per stop, so a checkpointing handler runs undisturbed."""
     stop_outcome: Mapped[str | None] = mapped_column(String(16), nullable=True)
     stop_reason: Mapped[str | None] = mapped_column(Text, nullable=True)
 

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Query, status
+from fastapi import APIRouter, Path, Query, status
 
 from mlyard.api_models import ErrorBody, JobDetail, JobInfo, LogChunk
 from mlyard.server.routers.dependencies import DatabaseDependency, PrincipalDependency, WakeDependency
@@ -10,6 +10,9 @@ from mlyard.server.services import jobs, logs
 from mlyard.spec import JobSpec, JobStatus
 
 router = APIRouter(prefix="/jobs", tags=["jobs"])
+# Bounded so an absurd id or offset is a 422, not an overflow deep in the database driver.
+JobId = Annotated[int, Path(ge=1, le=2**62, description="the job's id")]
+MAX_OFFSET = 2**62
 ERRORS = {401: {"model": ErrorBody}, 404: {"model": ErrorBody}, 422: {"model": ErrorBody}}
 
 
@@ -32,24 +35,24 @@ def list_jobs(
 
 
 @router.get("/{job_id}", response_model=JobDetail, responses=ERRORS)
-def get_job(job_id: int, database: DatabaseDependency, caller: PrincipalDependency) -> JobDetail:
+def get_job(job_id: JobId, database: DatabaseDependency, caller: PrincipalDependency) -> JobDetail:
     return jobs.get_job(database, caller, job_id)
 
 
 @router.post("/{job_id}/cancel", response_model=JobInfo, responses={**ERRORS, 409: {"model": ErrorBody}})
-def cancel_job(job_id: int, database: DatabaseDependency, caller: PrincipalDependency, wake: WakeDependency) -> JobInfo:
+def cancel_job(job_id: JobId, database: DatabaseDependency, caller: PrincipalDependency, wake: WakeDependency) -> JobInfo:
     """A queued job ends at once; a running one gets SIGTERM, a grace period, then SIGKILL."""
     return jobs.cancel(database, caller, job_id, wake=wake)
 
 
 @router.get("/{job_id}/logs", response_model=LogChunk, responses=ERRORS)
 def job_logs(
-    job_id: int,
+    job_id: JobId,
     database: DatabaseDependency,
     caller: PrincipalDependency,
     replica: str | None = None,
-    attempt: Annotated[int | None, Query(ge=1)] = None,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    attempt: Annotated[int | None, Query(ge=1, le=1_000_000)] = None,
+    offset: Annotated[int, Query(ge=0, le=MAX_OFFSET)] = 0,
     limit: Annotated[int, Query(ge=1, le=1024 * 1024)] = 1024 * 1024,
 ) -> LogChunk:
     """A replica's combined stdout/stderr from `offset`; follow by asking again from `next_offset`."""

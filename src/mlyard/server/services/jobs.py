@@ -126,7 +126,7 @@ def cancel(database: Database, principal: auth.Principal, job_id: int, *, wake: 
     its replicas (SIGTERM, grace period, SIGKILL) before it becomes CANCELLED."""
     auth.authorize(principal, auth.Action.WRITE, job_id=job_id)
     with database.transaction() as session:
-        job = session.get(JobRow, job_id)
+        job = session.get(JobRow, job_id, with_for_update=True)
         if job is None:
             raise NotFound(f"job {job_id} does not exist")
         status = JobStatus(job.status)

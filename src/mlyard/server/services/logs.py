@@ -10,6 +10,7 @@ from mlyard.errors import NotFound
 from mlyard.server import auth, logfiles
 from mlyard.server.db import Database
 from mlyard.server.rows import AttemptRow, JobRow
+from mlyard.spec import JobStatus
 
 
 def read_log(
@@ -33,7 +34,7 @@ def read_log(
             raise NotFound(f"job {job_id} does not exist")
         if not job.attempts:
             return LogChunk(job_id=job_id, attempt=0, replica=replica or "", offset=offset, next_offset=offset,
-                            text="", complete=job.status in ("CANCELLED", "FAILED", "SUCCEEDED"))
+                            text="", complete=JobStatus(job.status).is_terminal)
         chosen_attempt = job.attempts[-1] if attempt is None else next(
             (row for row in job.attempts if row.number == attempt), None
         )
@@ -50,7 +51,9 @@ def read_log(
             if chosen is None:
                 names = ", ".join(f"{row.name} (rank {row.rank})" for row in replicas)
                 raise NotFound(f"job {job_id} has no replica {replica!r}; it has {names}", field="replica")
-        directory, ended = chosen.directory, chosen.state in ("exited", "lost")
+        # A replica of an ended job writes nothing more, even one that never got to run.
+        directory = chosen.directory
+        ended = chosen.state in ("exited", "lost") or JobStatus(job.status).is_terminal
         name, number = chosen.name, chosen_attempt.number
     data, next_offset = logfiles.read(directory, offset, limit)
     return LogChunk(

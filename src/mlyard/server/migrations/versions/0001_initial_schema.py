@@ -2,7 +2,6 @@
 
 Revision ID: 0001
 Revises: 
-Create Date: 2026-11-30 11:47:27.186619
 """
 
 from alembic import op
@@ -95,6 +94,7 @@ def upgrade() -> None:
     sa.Column('finished_at', sa.Float(), nullable=True),
     sa.Column('stop_requested_at', sa.Float(), nullable=True),
     sa.Column('stop_deadline', sa.Float(), nullable=True),
+    sa.Column('stop_signalled_at', sa.Float(), nullable=True),
     sa.Column('stop_outcome', sa.String(length=16), nullable=True),
     sa.Column('stop_reason', sa.Text(), nullable=True),
     sa.ForeignKeyConstraint(['job_id'], ['jobs.id'], ),
