@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 from pathlib import Path
 
-from conftest import RunningServer
+import httpx
+from conftest import RunningServer, start_server, stop_server
 
 LISTING = """
 import json, os, pathlib
@@ -60,3 +63,27 @@ def test_a_code_directory_over_the_cap_is_refused_before_upload(server: RunningS
     assert "snapshot limit" in result.stderr and ".mlyardignore" in result.stderr
     assert "Traceback" not in result.stderr
     assert sorted((server.home / "blobs").rglob("*")) == blobs_before
+
+
+def test_the_code_size_limit_can_be_set_on_the_command_line(server: RunningServer, tmp_path: Path) -> None:
+    project = tmp_path / "small-limit"
+    project.mkdir()
+    (project / "data.bin").write_bytes(b"1" * 5000)
+    result = server.cli("run", "--max-code-size", "1Ki", "--", "true", cwd=project)
+    assert result.returncode == 1 and "snapshot limit" in result.stderr
+    result = server.cli("run", "--max-code-size", "lots", "--", "true", cwd=project)
+    assert result.returncode == 2 and "--max-code-size" in result.stderr
+
+
+def test_the_server_refuses_uploads_over_its_own_limit(tmp_path: Path) -> None:
+    limited = start_server(tmp_path / "limited", MLYARD_MAX_SNAPSHOT="4Ki")
+    try:
+        payload = os.urandom(8192)
+        digest = hashlib.sha256(payload).hexdigest()
+        response = httpx.put(f"{limited.url}/api/v1/snapshots/{digest}", content=payload,
+                             headers={"Authorization": f"Bearer {limited.token()}"})
+        assert response.status_code == 413
+        assert "MLYARD_MAX_SNAPSHOT" in response.json()["message"]
+        assert not [path for path in (limited.home / "blobs").rglob("*") if path.is_file()]
+    finally:
+        stop_server(limited)

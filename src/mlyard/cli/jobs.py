@@ -23,19 +23,27 @@ from mlyard.cli.output import (
 )
 from mlyard.cli.submission import UsageError, apply_overrides, load_spec_file, upload_code, validate_spec
 from mlyard.client import Client, ClientError
-from mlyard.spec import JobStatus
+from mlyard.spec import JobStatus, parse_memory
 
 OutputOption = Annotated[OutputFormat, typer.Option("--output", "-o", help="table or json")]
+MaxCodeSizeOption = Annotated[str, typer.Option(
+    envvar="MLYARD_MAX_SNAPSHOT", help="largest code directory to upload, e.g. 500Mi (the server has its own limit)",
+)]
 JobArgument = Annotated[int, typer.Argument(help="the job's id", metavar="JOB")]
 
 
-def _submit_and_report(spec_data: dict, *, context: Path, no_code: bool, follow: bool, output: OutputFormat) -> None:
+def _submit_and_report(spec_data: dict, *, context: Path, no_code: bool, follow: bool, output: OutputFormat,
+                       max_code_size: str) -> None:
     spec = validate_spec(spec_data)
+    try:
+        max_bytes = parse_memory(max_code_size)
+    except ValueError as error:
+        raise UsageError(f"--max-code-size: {error}") from None
     with Client() as client:
         if not no_code:
             if not context.is_dir():
                 raise UsageError(f"--context {context} is not a directory")
-            spec = spec.model_copy(update={"snapshot": upload_code(client, context)})
+            spec = spec.model_copy(update={"snapshot": upload_code(client, context, max_bytes=max_bytes)})
         job = client.submit(spec)
         if output is OutputFormat.json and not follow:
             print_json(job)
@@ -92,10 +100,12 @@ def submit(
     no_code: Annotated[bool, typer.Option("--no-code", help="run without a code snapshot")] = False,
     follow: Annotated[bool, typer.Option("--follow", "-f", help="stream logs until the job ends")] = False,
     output: OutputOption = OutputFormat.table,
+    max_code_size: MaxCodeSizeOption = "200Mi",
 ) -> None:
     """Submit a job from a spec file; the working directory is uploaded as its code."""
     data = apply_overrides(load_spec_file(file), set_values or [])
-    _submit_and_report(data, context=context, no_code=no_code, follow=follow, output=output)
+    _submit_and_report(data, context=context, no_code=no_code, follow=follow, output=output,
+                       max_code_size=max_code_size)
 
 
 def run(
@@ -111,6 +121,7 @@ def run(
     no_code: Annotated[bool, typer.Option("--no-code", help="run without a code snapshot")] = False,
     follow: Annotated[bool, typer.Option("--follow", "-f", help="stream logs until the job ends")] = False,
     output: OutputOption = OutputFormat.table,
+    max_code_size: MaxCodeSizeOption = "200Mi",
 ) -> None:
     """Run a command as a job without writing a spec file."""
     data = {
@@ -120,7 +131,8 @@ def run(
         "roles": [{"name": "worker", "replicas": replicas, "resources": {"cpu": cpus, "gpu": gpus, "memory": memory}}],
     }
     data = apply_overrides(data, set_values or [])
-    _submit_and_report(data, context=context, no_code=no_code, follow=follow, output=output)
+    _submit_and_report(data, context=context, no_code=no_code, follow=follow, output=output,
+                       max_code_size=max_code_size)
 
 
 _INTERPRETERS = {"python", "python3", "sh", "bash", "torchrun", "env", "uv", "exec"}

@@ -14,7 +14,7 @@ from mlyard.api_models import field_errors, summarize
 from mlyard.cli.output import errors
 from mlyard.client import Client
 from mlyard.spec import JobSpec
-from mlyard.storage import DEFAULT_MAX_SNAPSHOT_BYTES, pack_directory
+from mlyard.storage import pack_directory
 
 
 class UsageError(Exception):
@@ -76,7 +76,7 @@ def validate_spec(data: dict[str, Any]) -> JobSpec:
         raise UsageError(f"invalid job spec: {summarize(field_errors(error.errors()))}") from None
 
 
-def upload_code(client: Client, directory: Path, *, max_bytes: int = DEFAULT_MAX_SNAPSHOT_BYTES) -> str:
+def upload_code(client: Client, directory: Path, *, max_bytes: int) -> str:
     """Packs `directory` (honouring .gitignore and .mlyardignore), uploads it unless the server
     already has it, and returns its digest. Shows progress bars on a terminal."""
     with tempfile.TemporaryDirectory(prefix="mlyard-snapshot-") as scratch:

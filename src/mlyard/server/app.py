@@ -52,6 +52,7 @@ def create_app(settings: ServerSettings, *, backend: Backend | None = None) -> F
         chosen = backend or LocalBackend(cpus=settings.node_cpus, memory_bytes=settings.node_memory)
         controller = Controller(database=database, backend=chosen, settings=settings, blobs=blobs)
         app.state.database, app.state.blobs, app.state.controller = database, blobs, controller
+        app.state.settings = settings
         controller.start()
         log.info("mlyard %s serving %s with the %s backend", __version__, settings.url, chosen.name)
         try:

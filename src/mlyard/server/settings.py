@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from mlyard.config import DEFAULT_HOST, DEFAULT_PORT, Paths, home_directory
 from mlyard.spec import parse_duration, parse_memory
+from mlyard.storage import DEFAULT_MAX_SNAPSHOT_BYTES
 
 
 @dataclass(frozen=True)
@@ -21,6 +22,8 @@ class ServerSettings:
     """Bytes of memory the local node offers to jobs; None: all physical memory."""
     stop_grace_seconds: float = 10.0
     """Between SIGTERM and SIGKILL when a job is cancelled or fails."""
+    max_snapshot_bytes: int = DEFAULT_MAX_SNAPSHOT_BYTES
+    """The largest code snapshot an upload may be (MLYARD_MAX_SNAPSHOT)."""
     idle_tick_seconds: float = 1.0
     busy_tick_seconds: float = 0.1
     extra: dict[str, str] = field(default_factory=dict)
@@ -39,6 +42,7 @@ class ServerSettings:
         cpus = environment.get("MLYARD_NODE_CPUS")
         memory = environment.get("MLYARD_NODE_MEMORY")
         grace = environment.get("MLYARD_STOP_GRACE")
+        snapshot_cap = environment.get("MLYARD_MAX_SNAPSHOT")
         return cls(
             paths=Paths(home_directory()),
             host=host or environment.get("MLYARD_HOST", DEFAULT_HOST),
@@ -47,4 +51,5 @@ class ServerSettings:
             node_cpus=int(cpus) if cpus else None,
             node_memory=parse_memory(memory) if memory else None,
             stop_grace_seconds=parse_duration(grace) if grace else 10.0,
+            max_snapshot_bytes=parse_memory(snapshot_cap) if snapshot_cap else DEFAULT_MAX_SNAPSHOT_BYTES,
         )

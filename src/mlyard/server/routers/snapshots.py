@@ -11,7 +11,7 @@ from mlyard.api_models import ErrorBody, SnapshotInfo
 from mlyard.errors import PayloadTooLarge
 from mlyard.server.routers.dependencies import DatabaseDependency, PrincipalDependency
 from mlyard.server.services import snapshots
-from mlyard.storage import DEFAULT_MAX_SNAPSHOT_BYTES, format_megabytes
+from mlyard.storage import format_megabytes
 
 router = APIRouter(prefix="/snapshots", tags=["snapshots"])
 Digest = Annotated[str, Path(pattern=r"^[0-9a-f]{64}$")]
@@ -26,23 +26,23 @@ Digest = Annotated[str, Path(pattern=r"^[0-9a-f]{64}$")]
 async def upload_snapshot(digest: Digest, request: Request, caller: PrincipalDependency) -> SnapshotInfo:
     """Stores a gzip tarball of a code directory under its sha256. The archive is checked
     before it enters the store (no absolute paths, `..`, links out, devices)."""
-    declared = int(request.headers.get("content-length") or 0)
-    if declared > DEFAULT_MAX_SNAPSHOT_BYTES:
-        raise PayloadTooLarge(f"snapshot of {format_megabytes(declared)} is over the "
-                              f"{format_megabytes(DEFAULT_MAX_SNAPSHOT_BYTES)} limit")
+    limit = request.app.state.settings.max_snapshot_bytes
+    too_large = f"the snapshot is over the server's {format_megabytes(limit)} limit (MLYARD_MAX_SNAPSHOT)"
+    if int(request.headers.get("content-length") or 0) > limit:
+        raise PayloadTooLarge(too_large)
     # The body is spooled first so the blocking store and the database work off the event loop.
     with tempfile.TemporaryFile() as spool:
         received = 0
         async for chunk in request.stream():
             received += len(chunk)
-            if received > DEFAULT_MAX_SNAPSHOT_BYTES:
-                raise PayloadTooLarge(f"snapshot is over the {format_megabytes(DEFAULT_MAX_SNAPSHOT_BYTES)} limit")
+            if received > limit:
+                raise PayloadTooLarge(too_large)
             spool.write(chunk)
         spool.seek(0, os.SEEK_SET)
         chunks = iter(lambda: spool.read(1024 * 1024), b"")
         return await run_in_threadpool(
             snapshots.store_snapshot, request.app.state.database, request.app.state.blobs, caller, chunks,
-            expected_digest=digest,
+            expected_digest=digest, max_bytes=limit,
         )
 
 
