@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
+from rich.markup import escape
 
 from mlyard.api_models import JobInfo
 from mlyard.cli.output import (
@@ -69,7 +70,7 @@ def follow_job(client: Client, job: JobInfo, *, timeout: float | None = None, lo
     while True:
         current = client.job(job.id)
         if current.status != last_status:
-            note = f" ({current.message})" if current.message and current.status.is_terminal else ""
+            note = f" ({escape(current.message)})" if current.message and current.status.is_terminal else ""
             errors.print(f"[dim]●[/] job {job.id} {status_text(current.status)}{note}", highlight=False)
             last_status = current.status
         if current.attempts and attempt != current.attempts[-1].number:
@@ -225,7 +226,7 @@ def wait(
     if output is OutputFormat.json:
         print_json(job)
     elif not follow:
-        note = f": {job.message}" if job.message else ""
+        note = f": {escape(job.message)}" if job.message else ""
         errors.print(f"job {job.id} {status_text(job.status)}{note}", highlight=False)
     if job.status is not JobStatus.SUCCEEDED:
         raise typer.Exit(1)

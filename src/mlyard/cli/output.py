@@ -10,6 +10,7 @@ from collections.abc import Sequence
 
 from pydantic import BaseModel
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from mlyard.api_models import JobDetail, JobInfo, NodeInfo
@@ -82,7 +83,7 @@ def jobs_table(jobs: Sequence[JobInfo]) -> Table:
     for job in jobs:
         table.add_row(
             str(job.id), job.name, status_text(job.status), str(job.replica_count), job.queue,
-            ago(job.submitted_at), duration(job_runtime(job)), job.message or "",
+            ago(job.submitted_at), duration(job_runtime(job)), escape(job.message or ""),
         )
     return table
 
@@ -98,13 +99,13 @@ def nodes_table(nodes: Sequence[NodeInfo]) -> Table:
         table.add_row(
             node.name, node.address, f"{node.allocated_cpus}/{len(node.cpu_ids)}",
             f"{format_bytes(node.allocated_memory_bytes)} / {format_bytes(node.memory_bytes)}",
-            gpus, "; ".join(node.notes) or "-",
+            gpus, escape("; ".join(node.notes)) or "-",
         )
     return table
 
 
 def print_job_detail(job: JobDetail) -> None:
-    console.print(f"[bold]Job {job.id}[/] {job.name}  {status_text(job.status)}")
+    console.print(f"[bold]Job {job.id}[/] {escape(job.name)}  {status_text(job.status)}")
     rows = [
         ("command", job.spec.display_command()),
         ("framework", job.spec.framework),
@@ -118,7 +119,7 @@ def print_job_detail(job: JobDetail) -> None:
     if job.message:
         rows.append(("message", job.message))
     for key, value in rows:
-        console.print(f"  [dim]{key:<10}[/] {value}", highlight=False)
+        console.print(f"  [dim]{key:<10}[/] {escape(value)}", highlight=False)
     if job.attempts:
         attempt = job.attempts[-1]
         table = Table(title=f"attempt {attempt.number}", box=None, header_style="bold", title_justify="left")
@@ -135,7 +136,7 @@ def print_job_detail(job: JobDetail) -> None:
     console.print("[bold]events[/]")
     for event in job.events:
         moment = time.strftime("%H:%M:%S", time.localtime(event.at))
-        console.print(f"  {moment} {status_text(event.to_status)} {event.message or ''}", highlight=False)
+        console.print(f"  {moment} {status_text(event.to_status)} {escape(event.message or '')}", highlight=False)
     for replica, lines in job.log_tail.items():
         if lines:
             console.print(f"[bold]last lines of {replica}[/]")
