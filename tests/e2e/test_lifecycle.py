@@ -121,3 +121,25 @@ def test_submit_and_run_print_the_new_job_as_json(server: RunningServer) -> None
     nodes = server.cli_json("nodes")
     assert len(nodes) == 1 and len(nodes[0]["cpu_ids"]) == 2
     assert json.dumps(nodes)
+
+
+def test_logs_follow_streams_until_the_replica_ends(server: RunningServer) -> None:
+    job = server.cli_json("run", "--no-code", "--name", "ticker", "--",
+                          "sh", "-c", "for i in 1 2 3 4 5; do echo tick $i; sleep 0.4; done")
+    followed = server.cli("logs", str(job["id"]), "-f", timeout=60)
+    assert followed.returncode == 0
+    assert [line for line in followed.stdout.splitlines() if line.startswith("tick")] == [
+        f"tick {i}" for i in range(1, 6)
+    ]
+    assert server.cli_json("show", str(job["id"]))["status"] == "SUCCEEDED"
+
+
+def test_wait_gives_up_after_its_timeout(server: RunningServer) -> None:
+    job = server.cli_json("run", "--no-code", "--name", "long", "--", "sleep", "30")
+    try:
+        for follow in ([], ["--follow"]):
+            result = server.cli("wait", str(job["id"]), "--timeout", "1", *follow, timeout=60)
+            assert result.returncode == 1 and "after 1s" in result.stderr, result.stderr
+    finally:
+        server.cli("cancel", str(job["id"]))
+        server.cli("wait", str(job["id"]), "--timeout", "30")
