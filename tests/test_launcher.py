@@ -11,7 +11,7 @@ import sys
 import tarfile
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -298,26 +298,31 @@ def memory_parent() -> Path:
     return parent
 
 
-def test_memory_limit_kills_a_replica_that_allocates_more(tmp_path: Path, memory_parent: Path) -> None:
+@pytest.fixture
+def limited_replica(tmp_path: Path, memory_parent: Path) -> Iterator[Callable[..., Path]]:
+    """Writes a launch config whose replica joins a memory cgroup of its own under the
+    server's parent; whatever cgroup a test leaves behind is removed afterwards."""
     name = f"test-launcher-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-    directory = write_config(
-        tmp_path / "limited",
-        [PYTHON, "-c", ALLOCATE],
-        memory_cgroup_parent=str(memory_parent),
-        cgroup_name=name,
-        memory_bytes=64 * MEBIBYTE,
-    )
-    try:
-        launcher_errors = run_launcher(directory, timeout=30).stderr
-        assert "memory limit not enforced" not in launcher_errors
-        finished = read_json(directory / EXIT_FILE)
-        assert finished["exit_code"] != 0, output_of(directory)
-        assert finished["exit_code"] == 137 and finished["signal"] == signal.SIGKILL, finished
-        assert "allocated" not in output_of(directory)
-        assert not (memory_parent / name).exists(), "the replica's cgroup was left behind"
-    finally:
-        if (memory_parent / name).exists():
-            cgroups.remove_cgroup(memory_parent / name)
+
+    def configure(command: list[str], memory_bytes: int) -> Path:
+        return write_config(tmp_path / "replica", command, memory_cgroup_parent=str(memory_parent),
+                            cgroup_name=name, memory_bytes=memory_bytes)
+
+    configure.cgroup = memory_parent / name  # type: ignore[attr-defined]
+    yield configure
+    if (memory_parent / name).exists():
+        cgroups.remove_cgroup(memory_parent / name)
+
+
+def test_memory_limit_kills_a_replica_that_allocates_more(limited_replica) -> None:
+    directory = limited_replica([PYTHON, "-c", ALLOCATE], 64 * MEBIBYTE)
+    launcher_errors = run_launcher(directory, timeout=30).stderr
+    assert "memory limit not enforced" not in launcher_errors
+    finished = read_json(directory / EXIT_FILE)
+    assert finished["exit_code"] != 0, output_of(directory)
+    assert finished["exit_code"] == 137 and finished["signal"] == signal.SIGKILL, finished
+    assert "allocated" not in output_of(directory)
+    assert not limited_replica.cgroup.exists(), "the replica's cgroup was left behind"
 
 
 def test_same_allocation_succeeds_without_a_memory_cgroup(tmp_path: Path) -> None:
@@ -327,49 +332,27 @@ def test_same_allocation_succeeds_without_a_memory_cgroup(tmp_path: Path) -> Non
     assert output_of(directory) == "allocated\n"
 
 
-def test_memory_cgroup_of_a_replica_that_stays_within_its_limit_is_removed(
-    tmp_path: Path, memory_parent: Path
-) -> None:
-    name = f"test-launcher-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-    directory = write_config(
-        tmp_path / "within",
-        ["/bin/sh", "-c", "cat /proc/self/cgroup"],
-        memory_cgroup_parent=str(memory_parent),
-        cgroup_name=name,
-        memory_bytes=256 * MEBIBYTE,
-    )
-    try:
-        run_launcher(directory)
-        assert read_json(directory / EXIT_FILE)["exit_code"] == 0
-        memory_lines = [line for line in output_of(directory).splitlines() if "memory" in line.split(":")[1]]
-        if memory_lines:  # cgroup v1: the command ran in the replica's own memory cgroup
-            assert memory_lines[0].endswith(f"/{name}")
-        assert not (memory_parent / name).exists()
-    finally:
-        if (memory_parent / name).exists():
-            cgroups.remove_cgroup(memory_parent / name)
+def test_memory_cgroup_of_a_replica_that_stays_within_its_limit_is_removed(limited_replica) -> None:
+    directory = limited_replica(["/bin/sh", "-c", "cat /proc/self/cgroup"], 256 * MEBIBYTE)
+    run_launcher(directory)
+    assert read_json(directory / EXIT_FILE)["exit_code"] == 0
+    memory_lines = [line for line in output_of(directory).splitlines() if "memory" in line.split(":")[1]]
+    if memory_lines:  # cgroup v1: the command ran in the replica's own memory cgroup
+        assert memory_lines[0].endswith(f"/{limited_replica.cgroup.name}")
+    assert not limited_replica.cgroup.exists()
 
 
 def test_memory_cgroup_is_removed_even_when_the_command_leaves_processes_behind(
-    tmp_path: Path, memory_parent: Path
+    tmp_path: Path, limited_replica
 ) -> None:
-    name = f"test-launcher-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     pid_file = tmp_path / "leftover.pid"
-    directory = write_config(
-        tmp_path / "leaves",
-        ["/bin/sh", "-c", f"sleep 1000 > /dev/null 2>&1 & echo $! > {pid_file}; exit 0"],
-        memory_cgroup_parent=str(memory_parent),
-        cgroup_name=name,
-        memory_bytes=256 * MEBIBYTE,
+    directory = limited_replica(
+        ["/bin/sh", "-c", f"sleep 1000 > /dev/null 2>&1 & echo $! > {pid_file}; exit 0"], 256 * MEBIBYTE
     )
-    try:
-        run_launcher(directory)
-        assert read_json(directory / EXIT_FILE)["exit_code"] == 0
-        assert wait_for(lambda: process_gone(int(pid_file.read_text())), timeout=3)
-        assert not (memory_parent / name).exists(), "the replica's cgroup was left behind"
-    finally:
-        if (memory_parent / name).exists():
-            cgroups.remove_cgroup(memory_parent / name)
+    run_launcher(directory)
+    assert read_json(directory / EXIT_FILE)["exit_code"] == 0
+    assert wait_for(lambda: process_gone(int(pid_file.read_text())), timeout=3)
+    assert not limited_replica.cgroup.exists(), "the replica's cgroup was left behind"
 
 
 def test_processes_that_leave_the_commands_session_are_killed_when_it_ends(tmp_path: Path) -> None:
