@@ -1,61 +1,80 @@
-"""Pure gang scheduler: ``decide(snapshot, now) -> list[Decision]``.
+"""Pure gang scheduler: ``decide(snapshot, now) -> Decisions``.
 
 Contract callers may rely on:
 
 * ``decide`` performs no I/O, reads no clock (``now`` is the only notion of
   time, epoch or simulated), keeps no state between calls and never mutates
   its input; the same snapshot and ``now`` always give the same decisions.
-* Every ``StartJob`` carries exactly one ``ReplicaPlacement`` per replica, in
-  the order of ``PendingJob.replicas``. A job is started whole or not at all.
-* All decisions of one call fit together on top of the snapshot's running jobs:
-  no core or GPU is handed to two replicas, and no node's memory is exceeded.
-  Each replica is pinned to ``ceil(cpu)`` cores of its own.
-* The current policy is strict FIFO by ``(submitted_at, job_id)``: a queued job
-  never starts ahead of an older one that is still waiting for resources.
-  Jobs that could never run on the cluster are passed over (see
+  The policy and its knobs come in ``snapshot.config`` (``SchedulerConfig``).
+* Every ``StartJob`` carries one ``ReplicaPlacement`` per replica, in the order
+  of ``PendingJob.replicas`` (an elastic job: its first N replicas, N at least
+  ``min_replicas``). A job is started whole or not at all.
+* All starts, resizes and preemptions of one call fit together on top of the
+  snapshot's running jobs: no core or GPU is handed to two replicas, no node's
+  memory is exceeded, and no queue goes past its quota plus borrowing limit.
+  A start never uses resources of a job being preempted: the job it is for
+  waits until the victims are gone (``RunningJob.stopping``) and starts then.
+* ``Decisions.waiting`` says in one line why every other pending job waits.
+* Jobs that could never run on the cluster are passed over (see
   ``unschedulable_reason``, also meant for rejecting them at submission).
 
-The module imports only the standard library.
+Policies are described in ``policies.py``, the round in ``engine.py``. The
+package imports only the standard library.
 """
 
 from __future__ import annotations
 
-from .fifo import decide_fifo, queue_order
+from .config import DEFAULT_POLICY, LIVE_POLICIES, POLICIES, SchedulerConfig
+from .engine import decide_round
 from .placement import FreeResources, NodeFree, place_gang, unschedulable_reason
 from .snapshot import (
+    UNLIMITED,
+    Amounts,
     ClusterSnapshot,
     Decision,
+    Decisions,
     Labels,
     Node,
     PendingJob,
+    Preempt,
+    Queue,
     ReplicaPlacement,
     ReplicaRequest,
+    Resize,
     RunningJob,
     StartJob,
     whole_cores,
 )
 
 __all__ = [
+    "DEFAULT_POLICY",
+    "LIVE_POLICIES",
+    "POLICIES",
+    "UNLIMITED",
+    "Amounts",
     "ClusterSnapshot",
     "Decision",
+    "Decisions",
     "FreeResources",
     "Labels",
     "Node",
     "NodeFree",
     "PendingJob",
+    "Preempt",
+    "Queue",
     "ReplicaPlacement",
     "ReplicaRequest",
+    "Resize",
     "RunningJob",
+    "SchedulerConfig",
     "StartJob",
     "decide",
-    "decide_fifo",
     "place_gang",
-    "queue_order",
     "unschedulable_reason",
     "whole_cores",
 ]
 
 
-def decide(snapshot: ClusterSnapshot, now: float) -> list[Decision]:
-    """Return what to start now for ``snapshot`` at time ``now`` (FIFO policy)."""
-    return decide_fifo(snapshot, now)
+def decide(snapshot: ClusterSnapshot, now: float) -> Decisions:
+    """Return what to start, preempt and resize now, and why the other pending jobs wait."""
+    return decide_round(snapshot, now)

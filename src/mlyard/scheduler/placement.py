@@ -34,47 +34,170 @@ def _fits(demand: tuple[int, int, int], capacity: Sequence[int]) -> bool:
 
 
 def place_gang(
-    free: FreeResources, replicas: Sequence[ReplicaRequest]
+    free: FreeResources, replicas: Sequence[ReplicaRequest], *, topology_key: str = ""
 ) -> tuple[ReplicaPlacement, ...] | None:
     """Place every replica or none; never mutates ``free``.
 
     On success returns one placement per replica, in the order of ``replicas``.
     Each replica gets ``replica.cores`` distinct cores and ``replica.gpu``
     distinct GPUs that no other replica (of this or any reserved job) holds,
-    plus its memory. The whole gang goes on one node when any node can hold it,
-    picking the node that would have the fewest GPUs, then cores, then bytes
-    left over; otherwise it is spread over as few nodes as a first-fit search
-    finds. On each node the lowest-numbered free cores and GPUs are handed out
-    in replica order. The result depends only on the inputs. Returns None when
-    the gang does not fit; an empty gang trivially fits and yields ``()``.
+    plus its memory, on a node whose GPU model it accepts. The whole gang goes
+    on one node when any node can hold it, picking the node that would have the
+    fewest GPUs, then cores, then bytes left over (best fit keeps big, empty
+    nodes for the gangs that need them). Otherwise it goes onto as few nodes as
+    possible, the last one chosen by best fit, and within one group of nodes
+    sharing the ``topology_key`` label (a rack) when one group can hold it.
+    On each node the lowest-numbered free cores and GPUs are handed out in
+    replica order. The result depends only on the inputs. Returns None when the
+    gang does not fit; an empty gang trivially fits and yields ``()``.
     """
     if not replicas:
         return ()
-    views = free.nodes
     demands = [_demand(replica) for replica in replicas]
-    assignment = _single_node(views, demands)
-    if assignment is None:
-        assignment = _spread(views, demands)
-    if assignment is None:
-        return None
-    return _bind(views, replicas, assignment)
-
-
-def _single_node(views: Sequence[NodeFree], demands: list[tuple[int, int, int]]) -> list[int] | None:
     total = tuple(sum(column) for column in zip(*demands, strict=False))
-    candidates = [k for k, view in enumerate(views) if _fits(total, view.counts())]
-    if not candidates:
+    if not _fits(total, free.totals()):
         return None
-    # Best fit: leave big, empty nodes for the gangs that need them.
-    best = min(
-        candidates,
-        key=lambda k: tuple(have - need for have, need in zip(views[k].counts(), total, strict=False)),
-    )
-    return [best] * len(demands)
+    models = _accepted_models(replicas)
+    best = _single_node(free, total, models)
+    if best is not None:
+        return _bind(replicas, [best] * len(replicas))
+    if len(replicas) == 1:
+        return None
+    assignment = None
+    if topology_key:
+        for group in _topology_groups(free, total, models, topology_key):
+            assignment = _greedy_spread(group, demands, models)
+            if assignment is not None:
+                break
+    if assignment is None:
+        candidates = [view for view in free.nodes if _accepts(view, models, total[0])]
+        assignment = _greedy_spread(candidates, demands, models)
+        if assignment is None and len(set(demands)) > 1:
+            # Greedy is exact for identical replicas (nodes are independent bins for
+            # them); mixed gangs get the exhaustive search as a second chance.
+            assignment = _spread(candidates, demands)
+    if assignment is None:
+        return None
+    return _bind(replicas, assignment)
 
 
-def _spread(views: Sequence[NodeFree], demands: list[tuple[int, int, int]]) -> list[int] | None:
-    """Return a node index per replica, or None; exhaustive up to SEARCH_BUDGET."""
+def _accepted_models(replicas: Sequence[ReplicaRequest]) -> frozenset[str] | None:
+    """The GPU models every GPU replica of the gang accepts; None: any model."""
+    allowed: frozenset[str] | None = None
+    for replica in replicas:
+        if replica.gpu and replica.gpu_models:
+            models = frozenset(replica.gpu_models)
+            allowed = models if allowed is None else allowed & models
+    return allowed
+
+
+def _accepts(view: NodeFree, models: frozenset[str] | None, gpus: int) -> bool:
+    return models is None or gpus == 0 or view.gpu_model in models
+
+
+# Best fit looks at this many fitting nodes of the tightest GPU bucket: exact on
+# small clusters, bounded on large ones where the bucket's nodes are near-identical.
+_BEST_FIT_WINDOW = 64
+
+
+def _single_node(
+    free: FreeResources, total: tuple[int, int, int], models: frozenset[str] | None
+) -> NodeFree | None:
+    gpus, cores, memory = total
+    for count in free.gpu_counts():
+        if count < gpus:
+            continue
+        best: NodeFree | None = None
+        best_key: tuple[int, int] | None = None
+        seen = 0
+        for view in free.with_free_gpus(count):
+            if len(view.cpu_ids) < cores or view.memory_bytes < memory or not _accepts(view, models, gpus):
+                continue
+            key = (len(view.cpu_ids) - cores, view.memory_bytes - memory)
+            if best_key is None or key < best_key:
+                best, best_key = view, key
+            seen += 1
+            if seen >= _BEST_FIT_WINDOW:
+                break
+        if best is not None:
+            return best
+    return None
+
+
+def _topology_groups(
+    free: FreeResources, total: tuple[int, int, int], models: frozenset[str] | None, key: str
+) -> list[list[NodeFree]]:
+    """Groups of nodes sharing label ``key`` whose free totals could hold the gang, tightest first."""
+    groups: dict[str, list[NodeFree]] = {}
+    for view in free.nodes:
+        value = view.labels.get(key)
+        if value is not None and _accepts(view, models, total[0]):
+            groups.setdefault(value, []).append(view)
+    if len(groups) < 2:
+        return []
+    fitting = []
+    for value, views in groups.items():
+        room = tuple(sum(column) for column in zip(*(view.counts() for view in views), strict=False))
+        if _fits(total, room):
+            fitting.append((room, value, views))
+    fitting.sort(key=lambda item: (item[0], item[1]))
+    return [views for _, _, views in fitting]
+
+
+def _greedy_spread(
+    views: Sequence[NodeFree], demands: list[tuple[int, int, int]], models: frozenset[str] | None
+) -> list[int] | None:
+    """Fewest nodes for each group of identical replicas, biggest group first.
+
+    Returns the node of each replica, or None when the greedy packing fails.
+    """
+    capacity = {id(view): list(view.counts()) for view in views}
+    used: dict[int, int] = {}
+    chosen: list[NodeFree | None] = [None] * len(demands)
+    groups: dict[tuple[int, int, int], list[int]] = {}
+    for position, demand in enumerate(demands):
+        groups.setdefault(demand, []).append(position)
+    for demand, positions in sorted(groups.items(), key=lambda item: tuple(-x for x in item[0])):
+        holds = []
+        for order, view in enumerate(views):
+            room = capacity[id(view)]
+            count = min(room[axis] // need for axis, need in enumerate(demand) if need) if any(demand) else len(positions)
+            if count > 0:
+                holds.append((count, order, view))
+        remaining = len(positions)
+        if sum(count for count, _, _ in holds) < remaining:
+            return None
+        # Nodes this gang already uses first, then the roomiest; the last node by best fit.
+        holds.sort(key=lambda item: (-(id(item[2]) in used), -item[0], item[1]))
+        picks: list[tuple[NodeFree, int]] = []
+        for index, (count, _, view) in enumerate(holds):
+            if remaining == 0:
+                break
+            if count >= remaining:
+                tail = [item for item in holds[index:] if item[0] >= remaining]
+                tail.sort(key=lambda item: (-(id(item[2]) in used), item[0], item[1]))
+                view = tail[0][2]
+                picks.append((view, remaining))
+                remaining = 0
+                break
+            picks.append((view, count))
+            remaining -= count
+        if remaining:
+            return None
+        cursor = 0
+        for view, count in picks:
+            room = capacity[id(view)]
+            for axis, need in enumerate(demand):
+                room[axis] -= need * count
+            used[id(view)] = 1
+            for position in positions[cursor : cursor + count]:
+                chosen[position] = view
+            cursor += count
+    return chosen  # type: ignore[return-value]
+
+
+def _spread(views: Sequence[NodeFree], demands: list[tuple[int, int, int]]) -> list[NodeFree] | None:
+    """Return a node per replica, or None; exhaustive up to SEARCH_BUDGET."""
     total = [sum(column) for column in zip(*demands, strict=False)]
     available = [sum(column) for column in zip(*(view.counts() for view in views), strict=False)] or [0, 0, 0]
     if not _fits(tuple(total), available):
@@ -127,9 +250,9 @@ def _spread(views: Sequence[NodeFree], demands: list[tuple[int, int, int]]) -> l
         position = position + 1 if choice[position] >= 0 else position - 1
     if position < 0:
         return None
-    assignment = [0] * len(demands)
+    assignment: list[NodeFree] = [views[0]] * len(demands)
     for position, replica_index in enumerate(order):
-        assignment[replica_index] = node_order[choice[position]]
+        assignment[replica_index] = views[node_order[choice[position]]]
     return assignment
 
 
@@ -138,18 +261,17 @@ def _give_back(capacity: list[int], demand: tuple[int, int, int]) -> None:
         capacity[axis] += need
 
 
-def _bind(
-    views: Sequence[NodeFree], replicas: Sequence[ReplicaRequest], assignment: list[int]
-) -> tuple[ReplicaPlacement, ...]:
-    next_cpu = [0] * len(views)
-    next_gpu = [0] * len(views)
+def _bind(replicas: Sequence[ReplicaRequest], assignment: Sequence[NodeFree]) -> tuple[ReplicaPlacement, ...]:
+    next_cpu: dict[str, int] = {}
+    next_gpu: dict[str, int] = {}
     placements = []
-    for replica, k in zip(replicas, assignment, strict=False):
-        view = views[k]
-        cpu_ids = tuple(view.cpu_ids[next_cpu[k] : next_cpu[k] + replica.cores])
-        gpu_ids = tuple(view.gpu_ids[next_gpu[k] : next_gpu[k] + replica.gpu])
-        next_cpu[k] += replica.cores
-        next_gpu[k] += replica.gpu
+    for replica, view in zip(replicas, assignment, strict=True):
+        cpu_at = next_cpu.get(view.name, 0)
+        gpu_at = next_gpu.get(view.name, 0)
+        cpu_ids = tuple(view.cpu_ids[cpu_at : cpu_at + replica.cores])
+        gpu_ids = tuple(view.gpu_ids[gpu_at : gpu_at + replica.gpu])
+        next_cpu[view.name] = cpu_at + replica.cores
+        next_gpu[view.name] = gpu_at + replica.gpu
         placements.append(
             ReplicaPlacement(replica.role, replica.index, view.name, cpu_ids, gpu_ids, replica.memory_bytes)
         )
@@ -179,7 +301,9 @@ def unschedulable_reason(nodes: Sequence[Node], replicas: Sequence[ReplicaReques
         if replica.memory_bytes > largest_memory:
             wanted, largest = _memory_pair(replica.memory_bytes, largest_memory)
             return f"{prefix} {wanted} of memory but the largest node has {largest}"
-        if not any(_fits(_demand(replica), _node_counts(node)) for node in nodes):
+        if replica.gpu and replica.gpu_models and not any(node.gpu_model in replica.gpu_models for node in nodes):
+            return f"{prefix} GPUs of model {' or '.join(replica.gpu_models)} but no node has them"
+        if not any(_fits(_demand(replica), _node_counts(node)) and _accepts_node(node, replica) for node in nodes):
             return (
                 f"{prefix} {_cpus(replica)}, {_count(replica.gpu, 'GPU')} and "
                 f"{_gib(replica.memory_bytes)} of memory but no single node has all of that"
@@ -203,6 +327,10 @@ def unschedulable_reason(nodes: Sequence[Node], replicas: Sequence[ReplicaReques
             "but cannot be packed onto its nodes together"
         )
     return None
+
+
+def _accepts_node(node: Node, replica: ReplicaRequest) -> bool:
+    return not (replica.gpu and replica.gpu_models) or node.gpu_model in replica.gpu_models
 
 
 def _node_counts(node: Node) -> tuple[int, int, int]:

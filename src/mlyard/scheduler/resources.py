@@ -2,15 +2,18 @@
 
 Built from a snapshot's nodes minus what its running jobs hold; a policy then
 reserves each gang it decides to start so later decisions in the same round
-see what is left.
+see what is left. Nodes are also indexed by their number of free GPUs so that
+best-fit placement on a thousand-node cluster looks at a handful of nodes, not
+all of them; cluster-wide totals are kept for the same reason (a gang bigger
+than everything free is rejected without looking at any node).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 
-from .snapshot import ClusterSnapshot, Node, ReplicaPlacement
+from .snapshot import ClusterSnapshot, Labels, Node, ReplicaPlacement
 
 
 @dataclass
@@ -21,6 +24,8 @@ class NodeFree:
     cpu_ids: list[int]
     gpu_ids: list[int]
     memory_bytes: int
+    gpu_model: str = ""
+    labels: Mapping[str, str] = field(default_factory=Labels)
 
     def counts(self) -> tuple[int, int, int]:
         """Return ``(free gpus, free cores, free memory bytes)``."""
@@ -40,12 +45,25 @@ class FreeResources:
             if node.name in self._nodes:
                 raise ValueError(f"duplicate node name {node.name!r}")
             self._nodes[node.name] = node
+        self._reindex()
+
+    def _reindex(self) -> None:
+        # bucket: free GPU count -> node names (a dict used as an ordered set)
+        self._buckets: dict[int, dict[str, None]] = {}
+        gpus = cores = memory = 0
+        for node in self._nodes.values():
+            self._buckets.setdefault(len(node.gpu_ids), {})[node.name] = None
+            gpus += len(node.gpu_ids)
+            cores += len(node.cpu_ids)
+            memory += node.memory_bytes
+        self._totals = [gpus, cores, memory]
 
     @classmethod
     def from_nodes(cls, nodes: Iterable[Node]) -> FreeResources:
         """Return the view of an empty cluster made of ``nodes``."""
         return cls(
-            NodeFree(node.name, sorted(node.cpu_ids), sorted(node.gpu_ids), node.memory_bytes)
+            NodeFree(node.name, sorted(node.cpu_ids), sorted(node.gpu_ids), node.memory_bytes,
+                     node.gpu_model, node.labels)
             for node in nodes
         )
 
@@ -59,7 +77,7 @@ class FreeResources:
         """
         free = cls.from_nodes(snapshot.nodes)
         for job in snapshot.running:
-            free._take(job.placements, strict=False)
+            free.take_available(job.placements)
         return free
 
     @property
@@ -71,12 +89,36 @@ class FreeResources:
         """Return the view of node ``name``; raises ``KeyError`` if unknown."""
         return self._nodes[name]
 
+    def totals(self) -> tuple[int, int, int]:
+        """Return ``(free gpus, free cores, free memory bytes)`` over all nodes."""
+        return self._totals[0], self._totals[1], self._totals[2]
+
+    def max_gpus(self) -> int:
+        """The most free GPUs any single node has."""
+        return max((count for count, names in self._buckets.items() if names), default=0)
+
+    def with_free_gpus(self, count: int) -> Iterable[NodeFree]:
+        """Nodes with exactly ``count`` free GPUs, in a stable order."""
+        names = self._buckets.get(count)
+        if not names:
+            return ()
+        return [self._nodes[name] for name in names]
+
+    def gpu_counts(self) -> list[int]:
+        """The distinct free-GPU counts nodes have, ascending."""
+        return sorted(count for count, names in self._buckets.items() if names)
+
     def copy(self) -> FreeResources:
         """Return an independent copy."""
-        return FreeResources(
-            NodeFree(node.name, list(node.cpu_ids), list(node.gpu_ids), node.memory_bytes)
-            for node in self._nodes.values()
-        )
+        clone = FreeResources.__new__(FreeResources)
+        clone._nodes = {
+            name: NodeFree(node.name, list(node.cpu_ids), list(node.gpu_ids), node.memory_bytes,
+                           node.gpu_model, node.labels)
+            for name, node in self._nodes.items()
+        }
+        clone._buckets = {count: dict(names) for count, names in self._buckets.items()}
+        clone._totals = list(self._totals)
+        return clone
 
     def reserve(self, placements: Iterable[ReplicaPlacement]) -> None:
         """Remove the placements' resources from the view, all or nothing.
@@ -84,29 +126,71 @@ class FreeResources:
         Raises ``ValueError`` (leaving the view unchanged) if any placement names
         an unknown node, a core or GPU that is not free, or more memory than is free.
         """
-        trial = self.copy()
-        trial._take(placements, strict=True)
-        self._nodes = trial._nodes
-
-    def _take(self, placements: Iterable[ReplicaPlacement], *, strict: bool) -> None:
+        placements = tuple(placements)
+        wanted: dict[str, tuple[set[int], set[int], int]] = {}
         for placement in placements:
             node = self._nodes.get(placement.node)
             if node is None:
-                if strict:
-                    raise ValueError(f"unknown node {placement.node!r}")
-                continue
-            for kind, held, free_ids in (
-                ("core", placement.cpu_ids, node.cpu_ids),
-                ("GPU", placement.gpu_ids, node.gpu_ids),
+                raise ValueError(f"unknown node {placement.node!r}")
+            cpus, gpus, memory = wanted.get(placement.node, (set(), set(), 0))
+            for kind, held, taken, free_ids in (
+                ("core", placement.cpu_ids, cpus, node.cpu_ids),
+                ("GPU", placement.gpu_ids, gpus, node.gpu_ids),
             ):
+                for resource_id in held:
+                    if resource_id in taken or resource_id not in free_ids:
+                        raise ValueError(f"{kind} {resource_id} on {node.name} is not free")
+                    taken.add(resource_id)
+            memory += placement.memory_bytes
+            if memory > node.memory_bytes:
+                raise ValueError(f"not enough free memory on {node.name}")
+            wanted[placement.node] = (cpus, gpus, memory)
+        self.take_available(placements)
+
+    def take_available(self, placements: Iterable[ReplicaPlacement]) -> None:
+        """Remove whatever of the placements' resources is free; ignore the rest.
+
+        Used for records that may be stale (running jobs) and for reservations a
+        job will only get once others stop (part of it may be held right now).
+        """
+        for placement in placements:
+            node = self._nodes.get(placement.node)
+            if node is None:
+                continue
+            before = len(node.gpu_ids)
+            cores_before = len(node.cpu_ids)
+            for held, free_ids in ((placement.cpu_ids, node.cpu_ids), (placement.gpu_ids, node.gpu_ids)):
                 for resource_id in held:
                     if resource_id in free_ids:
                         free_ids.remove(resource_id)
-                    elif strict:
-                        raise ValueError(f"{kind} {resource_id} on {node.name} is not free")
-            if strict and placement.memory_bytes > node.memory_bytes:
-                raise ValueError(f"not enough free memory on {node.name}")
-            node.memory_bytes = max(0, node.memory_bytes - placement.memory_bytes)
+            memory = min(node.memory_bytes, placement.memory_bytes)
+            node.memory_bytes -= memory
+            self._account(node, before, cores_before, -memory)
+
+    def release(self, placements: Iterable[ReplicaPlacement]) -> None:
+        """Give the placements' resources back (ids that are already free are ignored)."""
+        for placement in placements:
+            node = self._nodes.get(placement.node)
+            if node is None:
+                continue
+            before = len(node.gpu_ids)
+            cores_before = len(node.cpu_ids)
+            for held, free_ids in ((placement.cpu_ids, node.cpu_ids), (placement.gpu_ids, node.gpu_ids)):
+                added = [resource_id for resource_id in held if resource_id not in free_ids]
+                if added:
+                    free_ids.extend(added)
+                    free_ids.sort()
+            node.memory_bytes += placement.memory_bytes
+            self._account(node, before, cores_before, placement.memory_bytes)
+
+    def _account(self, node: NodeFree, gpus_before: int, cores_before: int, memory_delta: int) -> None:
+        gpus_after = len(node.gpu_ids)
+        if gpus_after != gpus_before:
+            del self._buckets[gpus_before][node.name]
+            self._buckets.setdefault(gpus_after, {})[node.name] = None
+        self._totals[0] += gpus_after - gpus_before
+        self._totals[1] += len(node.cpu_ids) - cores_before
+        self._totals[2] += memory_delta
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, FreeResources):

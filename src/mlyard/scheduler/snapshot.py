@@ -79,6 +79,8 @@ class Node:
     memory_bytes: int
     gpu_ids: tuple[int, ...] = ()
     labels: Mapping[str, str] = field(default_factory=Labels)
+    gpu_model: str = ""
+    """Model name of the node's GPUs (one model per node), e.g. "A100-80GB"; "" when unknown."""
 
     def __post_init__(self) -> None:
         _freeze_ids(self, "cpu_ids")
@@ -101,10 +103,13 @@ class ReplicaRequest:
     cpu: float
     memory_bytes: int
     gpu: int = 0
+    gpu_models: tuple[str, ...] = ()
+    """GPU models this replica accepts; empty: any. Only constrains replicas with ``gpu > 0``."""
 
     def __post_init__(self) -> None:
         if self.cpu < 0 or self.memory_bytes < 0 or self.gpu < 0:
             raise ValueError(f"replica {self.name}: resource requests must be >= 0")
+        _freeze_tuple(self, "gpu_models")
 
     @property
     def cores(self) -> int:
@@ -119,16 +124,44 @@ class ReplicaRequest:
 
 @dataclass(frozen=True, slots=True)
 class PendingJob:
-    """A job waiting to start; all of ``replicas`` must start together (a gang)."""
+    """A job waiting to start; all of ``replicas`` must start together (a gang).
+
+    ``attained_service`` is what earlier attempts consumed, in service units
+    (GPU-seconds, or core-seconds for a job without GPUs; see ``service_rate``);
+    ``attained_time`` the wall seconds they ran. Both survive preemption.
+    ``queued_since`` is when the job last became pending (None: ``submitted_at``).
+    ``max_runtime`` is the user's limit (used by backfill); ``expected_duration`` is
+    the true remaining-free run time, known only to a simulator (``srtf-oracle``).
+    An elastic job lists its replicas at maximum size and may start with only the
+    first ``min_replicas`` of them.
+    """
 
     job_id: int
     submitted_at: float
     replicas: tuple[ReplicaRequest, ...]
     queue: str = "default"
     priority: int = 0
+    user: str = ""
+    attained_service: float = 0.0
+    attained_time: float = 0.0
+    queued_since: float | None = None
+    max_runtime: float | None = None
+    expected_duration: float | None = None
+    min_replicas: int | None = None
 
     def __post_init__(self) -> None:
         _freeze_tuple(self, "replicas")
+        if self.min_replicas is not None and not 1 <= self.min_replicas <= len(self.replicas):
+            raise ValueError(f"job {self.job_id}: min_replicas must be between 1 and {len(self.replicas)}")
+
+    @property
+    def waiting_since(self) -> float:
+        return self.submitted_at if self.queued_since is None else self.queued_since
+
+    @property
+    def smallest_gang(self) -> tuple[ReplicaRequest, ...]:
+        """The replicas the job cannot start without (all of them unless elastic)."""
+        return self.replicas if self.min_replicas is None else self.replicas[: self.min_replicas]
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,30 +182,114 @@ class ReplicaPlacement:
 
 @dataclass(frozen=True, slots=True)
 class RunningJob:
-    """A job that holds resources; its placements are subtracted from the free view."""
+    """A job that holds resources; its placements are subtracted from the free view.
+
+    ``attained_service``/``attained_time`` count earlier attempts only; the current
+    one adds ``service_rate * (now - started_at)``. ``stopping`` marks a job whose stop
+    (preemption, cancellation, resize) is already under way: it still holds its
+    resources but is never chosen as a victim again. An elastic job names its
+    ``min_replicas`` and, in ``grow_replicas``, the requests of the replicas it could
+    still add (in order), so the scheduler can grow or shrink it.
+    """
 
     job_id: int
     placements: tuple[ReplicaPlacement, ...]
     queue: str = "default"
     priority: int = 0
     started_at: float = 0.0
+    submitted_at: float = 0.0
+    user: str = ""
+    attained_service: float = 0.0
+    attained_time: float = 0.0
+    max_runtime: float | None = None
+    expected_duration: float | None = None
+    stopping: bool = False
+    min_replicas: int | None = None
+    grow_replicas: tuple[ReplicaRequest, ...] = ()
 
     def __post_init__(self) -> None:
         _freeze_tuple(self, "placements")
+        _freeze_tuple(self, "grow_replicas")
+
+
+@dataclass(frozen=True, slots=True)
+class Amounts:
+    """An amount of each schedulable resource: GPUs, CPU cores and memory bytes."""
+
+    gpu: float = 0.0
+    cpu: float = 0.0
+    memory: float = 0.0
+
+    def __add__(self, other: Amounts) -> Amounts:
+        return Amounts(self.gpu + other.gpu, self.cpu + other.cpu, self.memory + other.memory)
+
+    def __sub__(self, other: Amounts) -> Amounts:
+        return Amounts(self.gpu - other.gpu, self.cpu - other.cpu, self.memory - other.memory)
+
+    @classmethod
+    def limit(cls, gpu: float | None = None, cpu: float | None = None, memory: float | None = None) -> Amounts:
+        """A quota or borrowing limit; a resource left out (None) is not limited."""
+        return cls(*(math.inf if value is None else float(value) for value in (gpu, cpu, memory)))
+
+    def fits_in(self, limit: Amounts) -> bool:
+        return self.gpu <= limit.gpu + 1e-9 and self.cpu <= limit.cpu + 1e-9 and self.memory <= limit.memory + 1e-9
+
+
+UNLIMITED = Amounts(math.inf, math.inf, math.inf)
+
+
+@dataclass(frozen=True, slots=True)
+class Queue:
+    """A project's queue: the capacity it is guaranteed and how far it may borrow.
+
+    Limits are ``Amounts.limit(...)``: a resource left out is not limited.
+    ``quota`` is the nominal amount the queue may always use (reclaimed from
+    borrowers by preemption when needed); None means the queue has no quota of its
+    own and lives on borrowed capacity only if ``borrow_limit`` allows, or on the
+    whole cluster when both are None. ``borrow_limit`` is how much beyond its quota
+    it may use while others leave capacity idle; None: unlimited. ``weight`` scales
+    its dominant-resource fair share.
+    """
+
+    name: str
+    project: str = "default"
+    quota: Amounts | None = None
+    borrow_limit: Amounts | None = None
+    weight: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.weight <= 0:
+            raise ValueError(f"queue {self.name}: weight must be > 0")
+
+    @property
+    def nominal(self) -> Amounts:
+        return self.quota if self.quota is not None else (UNLIMITED if self.borrow_limit is None else Amounts())
+
+    @property
+    def ceiling(self) -> Amounts:
+        """The most this queue may ever hold: quota plus borrowing limit."""
+        if self.borrow_limit is None:
+            return UNLIMITED
+        return self.nominal + self.borrow_limit
 
 
 @dataclass(frozen=True, slots=True)
 class ClusterSnapshot:
-    """Everything the scheduler may look at: nodes, running and pending jobs."""
+    """Everything the scheduler may look at: nodes, queues, running and pending jobs,
+    and the configuration of the policy that decides. A job naming a queue that is
+    not in ``queues`` is in an implicit queue without quota."""
 
     nodes: tuple[Node, ...]
     running: tuple[RunningJob, ...] = ()
     pending: tuple[PendingJob, ...] = ()
+    queues: tuple[Queue, ...] = ()
+    config: SchedulerConfig = field(default_factory=lambda: SchedulerConfig())
 
     def __post_init__(self) -> None:
         _freeze_tuple(self, "nodes")
         _freeze_tuple(self, "running")
         _freeze_tuple(self, "pending")
+        _freeze_tuple(self, "queues")
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,15 +297,79 @@ class StartJob:
     """Decision: start ``job_id`` with exactly these placements.
 
     There is one placement per replica, in the same order as
-    ``PendingJob.replicas``.
+    ``PendingJob.replicas``; an elastic job may get only its first N replicas
+    (``min_replicas <= N``).
     """
 
     job_id: int
     placements: tuple[ReplicaPlacement, ...]
+    reason: str = ""
 
     def __post_init__(self) -> None:
         _freeze_tuple(self, "placements")
 
 
-# Becomes a union (StartJob | Preempt | ...) once more decision kinds exist.
-Decision = StartJob
+@dataclass(frozen=True, slots=True)
+class Preempt:
+    """Decision: stop running job ``job_id`` (SIGTERM, grace period, then back to the queue).
+
+    ``for_job`` is the pending job the capacity is freed for; ``reason`` says why in
+    words the API shows.
+    """
+
+    job_id: int
+    reason: str
+    for_job: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Resize:
+    """Decision: run elastic job ``job_id`` with exactly ``placements`` from now on.
+
+    The placements are the job's whole new set: the ones it keeps (unchanged) plus
+    any new ones when it grows, or a prefix of its current ones when it shrinks.
+    """
+
+    job_id: int
+    placements: tuple[ReplicaPlacement, ...]
+    reason: str
+
+    def __post_init__(self) -> None:
+        _freeze_tuple(self, "placements")
+
+
+Decision = StartJob | Preempt | Resize
+
+
+@dataclass(frozen=True, slots=True)
+class Decisions:
+    """Everything one scheduling round decided, plus why each other pending job waits.
+
+    ``starts`` are in the order the policy chose them; all starts, preemptions and
+    resizes of one round fit together. ``waiting`` maps each pending job that does
+    not start to a one-line reason (empty when the config asks for no explanations).
+    """
+
+    starts: tuple[StartJob, ...] = ()
+    preemptions: tuple[Preempt, ...] = ()
+    resizes: tuple[Resize, ...] = ()
+    waiting: Mapping[int, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        _freeze_tuple(self, "starts")
+        _freeze_tuple(self, "preemptions")
+        _freeze_tuple(self, "resizes")
+
+    def __iter__(self) -> Iterator[Decision]:
+        yield from self.preemptions
+        yield from self.resizes
+        yield from self.starts
+
+    def __len__(self) -> int:
+        return len(self.starts) + len(self.preemptions) + len(self.resizes)
+
+    def __bool__(self) -> bool:
+        return len(self) > 0
+
+
+from .config import SchedulerConfig

@@ -1,0 +1,189 @@
+"""Ordering policies: who goes first, and who may preempt whom.
+
+Each policy gives every job a *class* (a number; lower is more important) and
+an ordering key. The round engine (``engine.py``) walks pending jobs in key
+order; a pending job may preempt a running one only if the policy says its
+class is better. Jobs of equal class are ordered by dominant-resource fair
+share (their queue's share as if the jobs ahead of them in that queue had
+started, then their user's share) when ``fair_share`` is on, then by age.
+
+* ``fifo``: submission order, strict (the first job that does not fit blocks
+  everyone behind it); no preemption except quota reclaim.
+* ``backfill``: FIFO with EASY backfill: the first blocked job gets a
+  reservation; later jobs start only if they cannot delay it.
+* ``priority``: higher ``priority`` first; preempts strictly lower priority.
+* ``las``: Tiresias' discretized two-dimensional least-attained-service. A job's
+  queue is set by its attained GPU-seconds and ``las_thresholds``; FIFO inside a
+  queue; a starving job (waiting longer than ``starvation_factor`` × its run time)
+  goes back to the top queue. Preempts jobs of lower queues.
+* ``srtf-oracle``: shortest remaining service (GPUs × remaining seconds) first,
+  from true durations; preempts jobs with more remaining service. A lower bound
+  for the simulator, refused by the server.
+* ``balanced``: least-attained-service on a fine geometric ladder of queues
+  (``balanced_base`` × ``balanced_ratio``^k GPU-seconds), fair share and then
+  least attained service inside a queue, the same starvation guard, preemption
+  only of jobs that have run ``min_run_before_preempt`` since they started (a
+  preemption costs a checkpoint and a restart), and packing-aware placement.
+"""
+
+from __future__ import annotations
+
+import math
+from bisect import bisect_right
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from .config import SchedulerConfig
+from .quotas import QueueBook, request_amounts
+from .snapshot import PendingJob, ReplicaPlacement, RunningJob
+
+
+def pending_rate(job: PendingJob) -> float:
+    """Service units per second a job consumes: its GPUs, or its cores when it has none."""
+    gang = job.smallest_gang
+    gpus = sum(replica.gpu for replica in gang)
+    return float(gpus) if gpus else float(sum(replica.cores for replica in gang) or 1)
+
+
+def running_rate(placements: Sequence[ReplicaPlacement]) -> float:
+    gpus = sum(len(placement.gpu_ids) for placement in placements)
+    return float(gpus) if gpus else float(sum(len(placement.cpu_ids) for placement in placements) or 1)
+
+
+def running_service(job: RunningJob, now: float) -> float:
+    return job.attained_service + running_rate(job.placements) * max(0.0, now - job.started_at)
+
+
+@dataclass(frozen=True)
+class Policy:
+    name: str
+    preemptive: bool
+    strict: bool = False
+    backfill: bool = False
+    fair_share: bool = True
+    ahead_phrase: str = "ahead of it"
+
+    # --------------------------------------------------------------- classes
+    def pending_class(self, job: PendingJob, now: float, config: SchedulerConfig) -> float:
+        return 0.0
+
+    def running_class(self, job: RunningJob, now: float, config: SchedulerConfig) -> float:
+        return 0.0
+
+    def tiebreak(self, job: PendingJob, now: float) -> tuple[float, ...]:
+        return (job.waiting_since,)
+
+    def may_preempt(self, mine: float, victim: RunningJob, theirs: float, now: float,
+                    config: SchedulerConfig) -> bool:
+        return self.preemptive and theirs > mine
+
+    def victim_key(self, victim: RunningJob, theirs: float) -> tuple[float, ...]:
+        """Victims are taken in ascending key order: least important, most recently started first."""
+        return (-theirs, -victim.started_at, -victim.job_id)
+
+    # --------------------------------------------------------------- order
+    def order(self, pending: Sequence[PendingJob], book: QueueBook, now: float,
+              config: SchedulerConfig) -> list[tuple[PendingJob, float]]:
+        classes = {job.job_id: self.pending_class(job, now, config) for job in pending}
+        if not (self.fair_share and config.fair_share):
+            ordered = sorted(pending, key=lambda job: (classes[job.job_id], *self.tiebreak(job, now), job.job_id))
+            return [(job, classes[job.job_id]) for job in ordered]
+        # Progressive filling: each job's queue share counts the jobs of the same
+        # queue and class ahead of it, so queues interleave the way DRF would.
+        ahead: dict[tuple[float, str], list[PendingJob]] = {}
+        for job in sorted(pending, key=lambda job: (*self.tiebreak(job, now), job.job_id)):
+            ahead.setdefault((classes[job.job_id], job.queue), []).append(job)
+        keyed = []
+        user_shares: dict[str, float] = {}
+        for (klass, queue), jobs in ahead.items():
+            used = book.used(queue)
+            weight = book.queue(queue).weight
+            for rank, job in enumerate(jobs):
+                share = book.share(used, weight)
+                used = used + request_amounts(job.smallest_gang)
+                if job.user not in user_shares:
+                    user_shares[job.user] = book.user_share(job.user)
+                keyed.append(((klass, round(share, 9), user_shares[job.user], rank, job.job_id), job, klass))
+        keyed.sort(key=lambda item: item[0])
+        return [(job, klass) for _, job, klass in keyed]
+
+
+class Fifo(Policy):
+    def tiebreak(self, job: PendingJob, now: float) -> tuple[float, ...]:
+        return (job.submitted_at,)
+
+
+class Priority(Policy):
+    def pending_class(self, job: PendingJob, now: float, config: SchedulerConfig) -> float:
+        return float(-job.priority)
+
+    def running_class(self, job: RunningJob, now: float, config: SchedulerConfig) -> float:
+        return float(-job.priority)
+
+
+def _starving(job: PendingJob, now: float, config: SchedulerConfig) -> bool:
+    if job.attained_time <= 0:
+        return False
+    waited = now - job.waiting_since
+    return waited >= max(config.starvation_min_wait, config.starvation_factor * job.attained_time)
+
+
+class Las(Policy):
+    def thresholds(self, config: SchedulerConfig) -> Sequence[float]:
+        return config.las_thresholds
+
+    def pending_class(self, job: PendingJob, now: float, config: SchedulerConfig) -> float:
+        if _starving(job, now, config):
+            return 0.0
+        return float(bisect_right(self.thresholds(config), job.attained_service))
+
+    def running_class(self, job: RunningJob, now: float, config: SchedulerConfig) -> float:
+        return float(bisect_right(self.thresholds(config), running_service(job, now)))
+
+
+class Balanced(Las):
+    def thresholds(self, config: SchedulerConfig) -> Sequence[float]:
+        return _ladder(config.balanced_base, config.balanced_ratio, config.balanced_levels)
+
+    def tiebreak(self, job: PendingJob, now: float) -> tuple[float, ...]:
+        return (job.attained_service, job.waiting_since)
+
+    def may_preempt(self, mine: float, victim: RunningJob, theirs: float, now: float,
+                    config: SchedulerConfig) -> bool:
+        return theirs > mine and now - victim.started_at >= config.min_run_before_preempt
+
+
+_LADDERS: dict[tuple[float, float, int], tuple[float, ...]] = {}
+
+
+def _ladder(base: float, ratio: float, levels: int) -> tuple[float, ...]:
+    key = (base, ratio, levels)
+    if key not in _LADDERS:  # a pure function's memo: same inputs, same ladder
+        _LADDERS[key] = tuple(base * ratio**k for k in range(levels - 1))
+    return _LADDERS[key]
+
+
+class SrtfOracle(Policy):
+    # Remaining service decides; equal remaining service is ordered by age.
+    def pending_class(self, job: PendingJob, now: float, config: SchedulerConfig) -> float:
+        if job.expected_duration is None:
+            return math.inf
+        return pending_rate(job) * max(0.0, job.expected_duration - job.attained_time)
+
+    def running_class(self, job: RunningJob, now: float, config: SchedulerConfig) -> float:
+        if job.expected_duration is None:
+            return math.inf
+        ran = job.attained_time + max(0.0, now - job.started_at)
+        return running_rate(job.placements) * max(0.0, job.expected_duration - ran)
+
+
+POLICY_TABLE: dict[str, Policy] = {
+    "fifo": Fifo("fifo", preemptive=False, strict=True, fair_share=False, ahead_phrase="submitted before it"),
+    "backfill": Fifo("backfill", preemptive=False, backfill=True, fair_share=False,
+                     ahead_phrase="submitted before it"),
+    "priority": Priority("priority", preemptive=True, ahead_phrase="of higher priority"),
+    "las": Las("las", preemptive=True, fair_share=False, ahead_phrase="with less attained service"),
+    "srtf-oracle": SrtfOracle("srtf-oracle", preemptive=True, fair_share=False,
+                              ahead_phrase="with less remaining service"),
+    "balanced": Balanced("balanced", preemptive=True, ahead_phrase="with less attained service"),
+}

@@ -1,0 +1,135 @@
+"""Queue quotas, borrowing and dominant-resource shares for one scheduling round.
+
+A queue may always use its nominal quota; beyond it, it borrows capacity other
+queues leave idle, up to its borrowing limit. Usage counts what running jobs
+hold (stopping ones included: their resources are not free yet). Shares are
+dominant-resource shares (DRF): the largest fraction of any one cluster
+resource an entity holds, divided by its weight.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+
+from .snapshot import (
+    Amounts,
+    ClusterSnapshot,
+    Queue,
+    ReplicaPlacement,
+    ReplicaRequest,
+    RunningJob,
+)
+
+_GIB = 1 << 30
+
+
+def request_amounts(replicas: Sequence[ReplicaRequest]) -> Amounts:
+    """What a gang holds once placed: whole cores, GPUs and memory bytes."""
+    return Amounts(
+        float(sum(replica.gpu for replica in replicas)),
+        float(sum(replica.cores for replica in replicas)),
+        float(sum(replica.memory_bytes for replica in replicas)),
+    )
+
+
+def held_amounts(placements: Iterable[ReplicaPlacement]) -> Amounts:
+    gpus = cores = memory = 0
+    for placement in placements:
+        gpus += len(placement.gpu_ids)
+        cores += len(placement.cpu_ids)
+        memory += placement.memory_bytes
+    return Amounts(float(gpus), float(cores), float(memory))
+
+
+def _format(resource: str, value: float) -> str:
+    if resource == "memory":
+        return f"{value / _GIB:.1f}GiB"
+    if math.isinf(value):
+        return "unlimited"
+    return f"{value:g}"
+
+
+class QueueBook:
+    """Usage per queue and per user, updated as the round admits and preempts jobs."""
+
+    def __init__(self, snapshot: ClusterSnapshot) -> None:
+        self.queues: dict[str, Queue] = {queue.name: queue for queue in snapshot.queues}
+        self.usage: dict[str, Amounts] = {}
+        self.user_usage: dict[str, Amounts] = {}
+        gpus = sum(len(node.gpu_ids) for node in snapshot.nodes)
+        cores = sum(len(node.cpu_ids) for node in snapshot.nodes)
+        memory = sum(node.memory_bytes for node in snapshot.nodes)
+        self.capacity = Amounts(float(gpus), float(cores), float(memory))
+        for job in snapshot.running:
+            self.add(job.queue, job.user, held_amounts(job.placements))
+
+    def queue(self, name: str) -> Queue:
+        queue = self.queues.get(name)
+        if queue is None:
+            queue = self.queues[name] = Queue(name)
+        return queue
+
+    def add(self, queue: str, user: str, amounts: Amounts) -> None:
+        self.usage[queue] = self.usage.get(queue, Amounts()) + amounts
+        self.user_usage[user] = self.user_usage.get(user, Amounts()) + amounts
+
+    def remove(self, queue: str, user: str, amounts: Amounts) -> None:
+        self.add(queue, user, Amounts() - amounts)
+
+    def used(self, queue: str) -> Amounts:
+        return self.usage.get(queue, Amounts())
+
+    def over_quota(self, queue: str, demand: Amounts) -> str | None:
+        """Why ``queue`` may not take ``demand`` more now, or None if it may."""
+        definition = self.queue(queue)
+        used = self.used(queue)
+        ceiling = definition.ceiling
+        after = used + demand
+        for resource in ("gpu", "cpu", "memory"):
+            if getattr(after, resource) > getattr(ceiling, resource) + 1e-9:
+                limit = getattr(ceiling, resource)
+                what = "quota" if definition.borrow_limit is None or limit == getattr(definition.nominal, resource) \
+                    else "quota plus borrowing limit"
+                return (
+                    f"queue {queue} over {what}: {resource} {_format(resource, getattr(used, resource))}"
+                    f"/{_format(resource, limit)}, needs {_format(resource, getattr(demand, resource))}"
+                )
+        return None
+
+    def within_nominal(self, queue: str, demand: Amounts) -> bool:
+        """True when ``queue`` would stay within its nominal quota after taking ``demand``."""
+        definition = self.queue(queue)
+        if definition.quota is None:
+            return False
+        return (self.used(queue) + demand).fits_in(definition.nominal)
+
+    def borrowing(self, queue: str) -> bool:
+        """True when ``queue`` holds more than its nominal quota of some resource."""
+        definition = self.queue(queue)
+        if definition.quota is None and definition.borrow_limit is None:
+            return False
+        return not self.used(queue).fits_in(definition.nominal)
+
+    def share(self, amounts: Amounts, weight: float = 1.0) -> float:
+        capacity = self.capacity
+        fractions = [
+            amount / total for amount, total in (
+                (amounts.gpu, capacity.gpu), (amounts.cpu, capacity.cpu), (amounts.memory, capacity.memory)
+            ) if total > 0
+        ]
+        return max(fractions, default=0.0) / weight
+
+    def queue_share(self, queue: str, extra: Amounts | None = None) -> float:
+        used = self.used(queue) if extra is None else self.used(queue) + extra
+        return self.share(used, self.queue(queue).weight)
+
+    def user_share(self, user: str) -> float:
+        return self.share(self.user_usage.get(user, Amounts()))
+
+
+def reclaim_victim_order(book: QueueBook, running: Iterable[RunningJob]) -> list[RunningJob]:
+    """Running jobs of borrowing queues, in the order a reclaim takes them:
+    lowest priority, then most recently started."""
+    borrowers = [job for job in running if not job.stopping and book.borrowing(job.queue)]
+    return sorted(borrowers, key=lambda job: (job.priority, -job.started_at, -job.job_id))
