@@ -467,6 +467,8 @@ def _resource_reason(state: _Round, gang: Sequence[ReplicaRequest]) -> str:
     biggest_memory = max(replica.memory_bytes for replica in gang)
     models = sorted({model for replica in gang if replica.gpu for model in replica.gpu_models})
     model_text = f" {' or '.join(models)}" if models else ""
+    if models:
+        most_gpus = max((len(node.gpu_ids) for node in state.free.nodes if node.gpu_model in models), default=0)
     if biggest_gpu > most_gpus:
         return f"no node with {biggest_gpu} free{model_text} {'GPU' if biggest_gpu == 1 else 'GPUs'}"
     if biggest_cores > most_cores:
