@@ -35,6 +35,9 @@ MAX_PREEMPTION_PLANS = 16
 """Preemption searches per round; each copies the free view, so a huge queue of
 blocked jobs cannot make one round slow. The rest try again next round."""
 
+MAX_PREEMPTION_ATTEMPTS = 32
+"""Blocked jobs, in policy order, that look for victims at all in one round."""
+
 _GIB = 1 << 30
 
 
@@ -91,12 +94,21 @@ class _Round:
     waiting: dict[int, str] = field(default_factory=dict)
     taken: set[int] = field(default_factory=set)
     plans_left: int = MAX_PREEMPTION_PLANS
+    attempts_left: int = MAX_PREEMPTION_ATTEMPTS
     resource_waiters: int = 0
     reservation: _Reservation | None = None
     _largest: tuple[int, int, int, int] | None = None
     _capacity: tuple[int, int, int] | None = None
     _largest_version: int = -1
     version: int = 0
+    # Free views only shrink during a round (starts and holds take from them), so a
+    # gang shape that did not fit keeps not fitting: identical gangs skip the search.
+    failed_now: set[tuple] = field(default_factory=set)
+    failed_later: set[tuple] = field(default_factory=set)
+    failed_plans: set[tuple] = field(default_factory=set)
+    stopping_ids: list[int] | None = None
+    never: dict[tuple, str | None] = field(default_factory=dict)
+    victim_pool: list[tuple[tuple[float, ...], float, RunningJob]] | None = None
 
     # ----------------------------------------------------------------- views
     def future_view(self) -> FreeResources:
@@ -180,7 +192,12 @@ def _consider(state: _Round, job: PendingJob, klass: float, head: PendingJob | N
     if quota is not None:
         state.waiting[job.job_id] = quota
         return "quota"
-    placements = place_gang(state.free, gang, topology_key=config.topology_key)
+    shape = _shape(gang)
+    placements = None
+    if shape not in state.failed_now:
+        placements = place_gang(state.free, gang, topology_key=config.topology_key)
+        if placements is None:
+            state.failed_now.add(shape)
     if placements is not None and state.reservation is not None:
         placements = _backfill_placement(state, job, gang)
         if placements is None:
@@ -194,7 +211,7 @@ def _consider(state: _Round, job: PendingJob, klass: float, head: PendingJob | N
     if placements is not None:
         state.commit_start(job, placements, "")
         return "started"
-    never = _never_fits(state, gang)
+    never = _never_fits(state, gang, demand, shape)
     if never is not None:
         state.waiting[job.job_id] = f"can never run on this cluster: {never}"
         return "quota"
@@ -202,7 +219,7 @@ def _consider(state: _Round, job: PendingJob, klass: float, head: PendingJob | N
     reason = _resource_reason(state, gang)
     if better_ahead > 0:
         reason += f"; behind {_count(better_ahead, 'job')} {policy.ahead_phrase}"
-    if _wait_for_stopping(state, job, gang) or _try_preemption(state, job, klass, gang, demand):
+    if _wait_for_stopping(state, job, gang, shape) or _try_preemption(state, job, klass, gang, demand, shape):
         return "blocked"
     if policy.backfill and state.reservation is None:
         state.reservation = _reserve(state, job, gang)
@@ -214,12 +231,19 @@ def _consider(state: _Round, job: PendingJob, klass: float, head: PendingJob | N
     return "blocked"
 
 
-def _wait_for_stopping(state: _Round, job: PendingJob, gang: Sequence[ReplicaRequest]) -> bool:
-    stopping = [run.job_id for run in state.snapshot.running if run.stopping] + sorted(state.taken)
-    if not stopping:
+def _shape(gang: Sequence[ReplicaRequest]) -> tuple:
+    return tuple((replica.gpu, replica.cores, replica.memory_bytes, replica.gpu_models) for replica in gang)
+
+
+def _wait_for_stopping(state: _Round, job: PendingJob, gang: Sequence[ReplicaRequest], shape: tuple) -> bool:
+    if state.stopping_ids is None:
+        state.stopping_ids = [run.job_id for run in state.snapshot.running if run.stopping]
+    stopping = state.stopping_ids + sorted(state.taken)
+    if not stopping or shape in state.failed_later:
         return False
     placements = place_gang(state.future_view(), gang, topology_key=state.config.topology_key)
     if placements is None:
+        state.failed_later.add(shape)
         return False
     state.hold_future(placements)
     state.book.add(job.queue, job.user, held_amounts(placements))
@@ -234,13 +258,16 @@ def _victims(state: _Round, job: PendingJob, klass: float, demand) -> list[_Vict
     policy, now, config = state.policy, state.now, state.config
     by_policy: list[tuple[tuple[float, ...], RunningJob]] = []
     if policy.preemptive:
-        for run in state.snapshot.running:
-            if run.stopping or run.job_id in state.taken:
-                continue
-            theirs = policy.running_class(run, now, config)
-            if policy.may_preempt(klass, run, theirs, now, config):
-                by_policy.append((policy.victim_key(run, theirs), run))
-        by_policy.sort(key=lambda item: item[0])
+        if state.victim_pool is None:
+            pool = []
+            for run in state.snapshot.running:
+                if not run.stopping:
+                    theirs = policy.running_class(run, now, config)
+                    pool.append((policy.victim_key(run, theirs), theirs, run))
+            pool.sort(key=lambda item: item[0])
+            state.victim_pool = pool
+        by_policy = [(key, run) for key, theirs, run in state.victim_pool
+                     if run.job_id not in state.taken and policy.may_preempt(klass, run, theirs, now, config)]
     whole = [run for _, run in by_policy]
     reclaim_why = ""
     if state.book.within_nominal(job.queue, demand):
@@ -267,11 +294,15 @@ def _policy_victim(run: RunningJob, by_policy: list[tuple[tuple[float, ...], Run
     return any(candidate is run for _, candidate in by_policy)
 
 
-def _try_preemption(state: _Round, job: PendingJob, klass: float, gang: Sequence[ReplicaRequest], demand) -> bool:
-    if state.plans_left <= 0:
+def _try_preemption(state: _Round, job: PendingJob, klass: float, gang: Sequence[ReplicaRequest], demand,
+                    shape: tuple) -> bool:
+    memo = (shape, klass, job.queue)
+    if state.plans_left <= 0 or state.attempts_left <= 0 or memo in state.failed_plans:
         return False
+    state.attempts_left -= 1
     victims = _victims(state, job, klass, demand)
     if not victims:
+        state.failed_plans.add(memo)
         return False
     future = state.future_view()
     need = (int(demand.gpu), int(demand.cpu), int(demand.memory))
@@ -281,8 +312,10 @@ def _try_preemption(state: _Round, job: PendingJob, klass: float, gang: Sequence
             held = held_amounts(victim.release)
             have = [have[0] + int(held.gpu), have[1] + int(held.cpu), have[2] + int(held.memory)]
     if not all(n <= h for n, h in zip(need, have, strict=True)):
+        state.failed_plans.add(memo)
         return False
     state.plans_left -= 1
+    widest = max(replica.gpu for replica in gang)
     trial = future.copy()
     chosen: list[_Victim] = []
     placements = None
@@ -306,11 +339,12 @@ def _try_preemption(state: _Round, job: PendingJob, klass: float, gang: Sequence
                 release = run.placements[: run.min_replicas or 0]
         trial.release(release)
         chosen.append(victim)
-        if all(n <= h for n, h in zip(need, trial.totals(), strict=True)):
+        if all(n <= h for n, h in zip(need, trial.totals(), strict=True)) and trial.max_gpus() >= widest:
             placements = place_gang(trial, gang, topology_key=state.config.topology_key)
             if placements is not None:
                 break
     if placements is None:
+        state.failed_plans.add(memo)
         return False
     # Reprieve: give back victims (most important first) the job can do without.
     if 1 < len(chosen) <= 16:
@@ -324,6 +358,7 @@ def _try_preemption(state: _Round, job: PendingJob, klass: float, gang: Sequence
                 placements = again
     trial.reserve(placements)
     state.future = trial
+    state.failed_later.clear()  # the victims' resources are in the future view now
     state.free.take_available(placements)
     if state.reservation is not None:
         state.reservation.extra.take_available(placements)
@@ -433,7 +468,7 @@ def _add_replicas(state: _Round, queue: str, user: str,
 
 
 # --------------------------------------------------------------------- reasons
-def _never_fits(state: _Round, gang: Sequence[ReplicaRequest]) -> str | None:
+def _never_fits(state: _Round, gang: Sequence[ReplicaRequest], demand, shape: tuple) -> str | None:
     """Why the gang cannot run even on the empty cluster (e.g. a node left), or None.
 
     Cheap checks on the cluster's largest node and totals first; the full packing
@@ -446,16 +481,17 @@ def _never_fits(state: _Round, gang: Sequence[ReplicaRequest]) -> str | None:
             max((len(node.cpu_ids) for node in nodes), default=0),
             max((node.memory_bytes for node in nodes), default=0),
         )
+    if shape in state.never:
+        return state.never[shape]
     most_gpus, most_cores, most_memory = state._capacity
     capacity = state.book.capacity
-    demand = request_amounts(gang)
     cheap_ok = (
         all(r.gpu <= most_gpus and r.cores <= most_cores and r.memory_bytes <= most_memory for r in gang)
         and demand.fits_in(capacity)
     )
-    if cheap_ok and not state.policy.strict:
-        return None
-    return unschedulable_reason(state.snapshot.nodes, gang)
+    reason = None if cheap_ok and not state.policy.strict else unschedulable_reason(state.snapshot.nodes, gang)
+    state.never[shape] = reason
+    return reason
 
 
 def _resource_reason(state: _Round, gang: Sequence[ReplicaRequest]) -> str:

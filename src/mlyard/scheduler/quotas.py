@@ -26,11 +26,12 @@ _GIB = 1 << 30
 
 def request_amounts(replicas: Sequence[ReplicaRequest]) -> Amounts:
     """What a gang holds once placed: whole cores, GPUs and memory bytes."""
-    return Amounts(
-        float(sum(replica.gpu for replica in replicas)),
-        float(sum(replica.cores for replica in replicas)),
-        float(sum(replica.memory_bytes for replica in replicas)),
-    )
+    gpus = cores = memory = 0
+    for replica in replicas:
+        gpus += replica.gpu
+        cores += replica.cores
+        memory += replica.memory_bytes
+    return Amounts(float(gpus), float(cores), float(memory))
 
 
 def held_amounts(placements: Iterable[ReplicaPlacement]) -> Amounts:

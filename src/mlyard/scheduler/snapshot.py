@@ -105,16 +105,15 @@ class ReplicaRequest:
     gpu: int = 0
     gpu_models: tuple[str, ...] = ()
     """GPU models this replica accepts; empty: any. Only constrains replicas with ``gpu > 0``."""
+    cores: int = field(init=False, repr=False, compare=False, hash=False)
+    """Number of dedicated cores this replica is pinned to (``whole_cores(cpu)``)."""
 
     def __post_init__(self) -> None:
         if self.cpu < 0 or self.memory_bytes < 0 or self.gpu < 0:
             raise ValueError(f"replica {self.name}: resource requests must be >= 0")
         _freeze_tuple(self, "gpu_models")
-
-    @property
-    def cores(self) -> int:
-        """Number of dedicated cores this replica is pinned to."""
-        return whole_cores(self.cpu)
+        # Computed once: placement asks for it many times per round.
+        object.__setattr__(self, "cores", whole_cores(self.cpu))
 
     @property
     def name(self) -> str:
