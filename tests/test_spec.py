@@ -261,6 +261,12 @@ def test_max_runtime_accepts_a_duration_string() -> None:
     assert error_locations(max_runtime="forever") == [("max_runtime",)]
 
 
+def test_preemption_grace_is_an_optional_duration() -> None:
+    assert spec().preemption_grace is None
+    assert spec(preemption_grace="2m").preemption_grace == 120.0
+    assert error_locations(preemption_grace="0") == [("preemption_grace",)]
+
+
 def test_snapshot_must_be_a_sha256_hex_digest() -> None:
     digest = "ab" * 32
     assert spec(snapshot=digest).snapshot == digest
@@ -305,6 +311,11 @@ def test_running_can_succeed_fail_be_cancelled_or_preempted() -> None:
     for target in (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED, JobStatus.PREEMPTED):
         assert can_transition(JobStatus.RUNNING, target)
     assert not can_transition(JobStatus.RUNNING, JobStatus.QUEUED)
+
+
+def test_a_preempted_job_goes_back_to_the_queue_even_before_it_ran() -> None:
+    assert can_transition(JobStatus.STARTING, JobStatus.PREEMPTED)
+    assert can_transition(JobStatus.PREEMPTED, JobStatus.QUEUED)
 
 
 def test_no_status_transitions_to_itself() -> None:

@@ -8,9 +8,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from mlyard.spec import JobSpec, JobStatus
+from mlyard.spec import NAME_PATTERN, JobSpec, JobStatus, parse_memory
 
 
 class FieldError(BaseModel):
@@ -64,6 +64,9 @@ class AttemptInfo(BaseModel):
     running_at: float | None
     finished_at: float | None
     stop_reason: str | None
+    stop_outcome: JobStatus | None = Field(
+        default=None, description="what a requested stop made of the job; PREEMPTED: it went back to the queue"
+    )
     master_port: int | None
     replicas: list[ReplicaInfo]
 
@@ -90,6 +93,12 @@ class JobInfo(BaseModel):
     submitted_at: float
     started_at: float | None
     finished_at: float | None
+    wait_reason: str | None = Field(default=None, description="why a QUEUED job has not started yet")
+    attained_service: float = Field(
+        default=0.0, description="GPU-seconds it consumed so far (core-seconds for a job without GPUs)"
+    )
+    attained_time: float = Field(default=0.0, description="seconds its attempts ran so far")
+    preemption_count: int = Field(default=0, description="times the scheduler stopped it and queued it again")
     spec: JobSpec
 
 
@@ -120,6 +129,70 @@ class NodeInfo(BaseModel):
     allocated_memory_bytes: int
     allocated_gpus: int
     updated_at: float
+
+
+class QueueAmounts(BaseModel):
+    """An amount of each resource; a null entry means "none" in a quota and "unlimited" in a
+    borrowing limit."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    gpu: int | None = Field(default=None, ge=0, le=1_000_000, description="GPUs")
+    cpu: float | None = Field(default=None, ge=0, le=10_000_000, description="CPU cores")
+    memory: int | None = Field(default=None, ge=0, description="bytes; accepts quantities such as 64Gi")
+
+    @field_validator("memory", mode="before")
+    @classmethod
+    def _memory(cls, value: Any) -> Any:
+        if value is None:
+            return None
+        # Zero is a meaningful limit here ("may not borrow memory"), unlike in a job's resources.
+        if not isinstance(value, bool) and (value == 0 or (isinstance(value, str) and value.strip() == "0")):
+            return 0
+        return parse_memory(value)
+
+
+class QueueSettings(BaseModel):
+    """The body of `PUT /queues/{name}`. Fields left out keep their stored value (their default
+    for a new queue), inside `quota` and `borrow_limit` too; an explicit null clears one."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    project: str = Field(default="default", pattern=NAME_PATTERN, description="the project the queue belongs to")
+    quota: QueueAmounts | None = Field(default=None, description="capacity the queue is guaranteed")
+    borrow_limit: QueueAmounts | None = Field(
+        default=None, description="how much beyond its quota the queue may use while others leave capacity idle"
+    )
+    weight: float = Field(default=1.0, gt=0, le=1000, description="scales the queue's fair share")
+
+
+class QueueUsage(BaseModel):
+    gpu: int
+    cpu: int
+    memory: int
+
+
+class WaitingJob(BaseModel):
+    id: int
+    name: str
+    priority: int
+    waiting_since: float
+    reason: str | None
+
+
+class QueueInfo(BaseModel):
+    name: str
+    project: str
+    quota: QueueAmounts
+    borrow_limit: QueueAmounts
+    weight: float
+    usage: QueueUsage = Field(description="what the queue's running jobs hold")
+    running: int
+    waiting: int
+    waiting_jobs: list[WaitingJob] = Field(description="queued jobs, oldest first, with why they wait")
+    implicit: bool = Field(default=False, description="not stored: the default queue, or one only jobs name")
+    created_at: float | None = None
+    updated_at: float | None = None
 
 
 class SnapshotInfo(BaseModel):

@@ -15,7 +15,17 @@ import httpx
 from pydantic import TypeAdapter
 
 from mlyard import config
-from mlyard.api_models import ErrorBody, FieldError, Health, JobDetail, JobInfo, LogChunk, NodeInfo, SnapshotInfo
+from mlyard.api_models import (
+    ErrorBody,
+    FieldError,
+    Health,
+    JobDetail,
+    JobInfo,
+    LogChunk,
+    NodeInfo,
+    QueueInfo,
+    SnapshotInfo,
+)
 from mlyard.spec import JobSpec, JobStatus
 
 UPLOAD_CHUNK = 256 * 1024
@@ -111,6 +121,19 @@ class Client:
 
     def nodes(self) -> list[NodeInfo]:
         return TypeAdapter(list[NodeInfo]).validate_python(self._request("GET", "/nodes").json())
+
+    def queues(self) -> list[QueueInfo]:
+        return TypeAdapter(list[QueueInfo]).validate_python(self._request("GET", "/queues").json())
+
+    def queue(self, name: str) -> QueueInfo:
+        return QueueInfo.model_validate(self._request("GET", f"/queues/{name}").json())
+
+    def set_queue(self, name: str, settings: dict[str, Any]) -> QueueInfo:
+        """Creates or updates a queue; `settings` holds only the fields to change (see `QueueSettings`)."""
+        return QueueInfo.model_validate(self._request("PUT", f"/queues/{name}", json=settings).json())
+
+    def delete_queue(self, name: str) -> None:
+        self._request("DELETE", f"/queues/{name}")
 
     def snapshot_exists(self, digest: str) -> bool:
         try:

@@ -35,6 +35,13 @@ class Conflict(MlyardError):
     code = "conflict"
 
 
+class InvalidRequest(MlyardError):
+    """Input that is well formed but names something that does not fit (e.g. an unknown queue)."""
+
+    http_status = 422
+    code = "invalid_request"
+
+
 class Unschedulable(MlyardError):
     """The job can never run on this cluster, whatever else is running."""
 

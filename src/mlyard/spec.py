@@ -157,6 +157,11 @@ class JobSpec(_Strict):
     framework: Framework = "none"
     env: dict[str, str] = Field(default_factory=dict)
     max_runtime: float | None = Field(default=None, description="seconds; accepts 90s, 10m, 2h")
+    preemption_grace: float | None = Field(
+        default=None,
+        description="seconds between SIGTERM and SIGKILL when the scheduler preempts or resizes the job, "
+        "time to write a checkpoint; accepts 30s, 2m (default: the server's stop grace)",
+    )
     queue: str = Field(default="default", pattern=NAME_PATTERN)
     project: str = Field(default="default", pattern=NAME_PATTERN)
     priority: int = Field(default=0, ge=-1000, le=1000)
@@ -171,9 +176,9 @@ class JobSpec(_Strict):
     def _command(cls, value: Any) -> list[str]:
         return normalize_command(value)
 
-    @field_validator("max_runtime", mode="before")
+    @field_validator("max_runtime", "preemption_grace", mode="before")
     @classmethod
-    def _max_runtime(cls, value: Any) -> float | None:
+    def _durations(cls, value: Any) -> float | None:
         return None if value is None else parse_duration(value)
 
     @field_validator("env")
@@ -234,7 +239,7 @@ _S = JobStatus
 ALLOWED_TRANSITIONS: dict[JobStatus, frozenset[JobStatus]] = {
     _S.QUEUED: frozenset({_S.SCHEDULED, _S.CANCELLED, _S.FAILED}),
     _S.SCHEDULED: frozenset({_S.STARTING, _S.FAILED, _S.CANCELLED}),
-    _S.STARTING: frozenset({_S.RUNNING, _S.FAILED, _S.CANCELLED}),
+    _S.STARTING: frozenset({_S.RUNNING, _S.FAILED, _S.CANCELLED, _S.PREEMPTED}),
     _S.RUNNING: frozenset({_S.SUCCEEDED, _S.FAILED, _S.CANCELLED, _S.RESTARTING, _S.PREEMPTED}),
     _S.RESTARTING: frozenset({_S.SCHEDULED, _S.FAILED, _S.CANCELLED}),
     _S.PREEMPTED: frozenset({_S.QUEUED, _S.CANCELLED}),

@@ -19,11 +19,27 @@ from mlyard.backends.base import (
     ReplicaRef,
 )
 from mlyard.config import Paths
-from mlyard.errors import Conflict, InvalidTransition
+from mlyard.errors import Conflict, InvalidRequest, InvalidTransition
+from mlyard.scheduler import (
+    Amounts,
+    ClusterSnapshot,
+    Decisions,
+    Preempt,
+    ReplicaPlacement,
+    Resize,
+    StartJob,
+)
 from mlyard.server import auth
 from mlyard.server.controller import Controller
 from mlyard.server.db import Database
-from mlyard.server.rows import ApiTokenRow, AttemptRow, JobEventRow, JobRow
+from mlyard.server.rows import (
+    ApiTokenRow,
+    AttemptRow,
+    JobEventRow,
+    JobRow,
+    QueueRow,
+    UserRow,
+)
 from mlyard.server.services import jobs, logs
 from mlyard.server.services.nodes import record_nodes
 from mlyard.server.settings import ServerSettings
@@ -293,3 +309,222 @@ def test_request_handlers_and_the_controller_write_concurrently_without_errors(w
     loop.join()
     assert failures == []
     assert ended, "every job reached a terminal status"
+
+
+# ----------------------------------------------------------------- scheduler decisions
+class Script:
+    """Stands in for the scheduler: plays the rounds a test queued, then the real policy."""
+
+    def __init__(self, controller: Controller, *rounds: Decisions):
+        self.real = controller.decide
+        self.rounds = list(rounds)
+        self.snapshots: list[ClusterSnapshot] = []
+        controller.decide = self
+
+    def __call__(self, snapshot: ClusterSnapshot, now: float) -> Decisions:
+        self.snapshots.append(snapshot)
+        return self.rounds.pop(0) if self.rounds else self.real(snapshot, now)
+
+
+def attempt_row(database: Database, job_id: int, number: int = 1) -> AttemptRow:
+    with database.transaction() as session:
+        return session.scalars(select(AttemptRow).where(AttemptRow.job_id == job_id, AttemptRow.number == number)).one()
+
+
+def events(database: Database, job_id: int) -> list[tuple[str, str | None]]:
+    with database.transaction() as session:
+        rows = session.scalars(select(JobEventRow).where(JobEventRow.job_id == job_id).order_by(JobEventRow.id))
+        return [(row.to_status, row.message) for row in rows]
+
+
+def requeue_events(database: Database, job_id: int) -> list[tuple[str, str | None]]:
+    """The PREEMPTED event and the one after it (the real policy may start the job again at once)."""
+    history = events(database, job_id)
+    at = [to for to, _ in history].index("PREEMPTED")
+    return history[at:at + 2]
+
+
+def job_row(database: Database, job_id: int) -> JobRow:
+    with database.transaction() as session:
+        return session.get(JobRow, job_id)
+
+
+def exit_all(backend: FakeBackend, launch: AttemptLaunch, code: int | None = 143) -> None:
+    for rank in range(len(launch.replicas)):
+        backend.exit(launch, rank, code)
+
+
+def running_low_job(database: Database, backend: FakeBackend, controller: Controller, **fields: Any) -> int:
+    low = submit(database, **fields)
+    controller.reconcile_once()
+    controller.reconcile_once()
+    assert status(database, low) is JobStatus.RUNNING
+    return low
+
+
+def test_a_preempted_job_gets_its_own_grace_then_is_queued_again_and_resumes(world) -> None:
+    database, backend, controller = world
+    low = running_low_job(database, backend, controller, preemption_grace="30s")
+    high = submit(database)
+    Script(controller, Decisions(preemptions=(Preempt(low, "preempted by a job of higher priority", for_job=high),)))
+    controller.reconcile_once()
+    attempt = attempt_row(database, low)
+    assert attempt.stop_outcome == "PREEMPTED" and f"job {high}" in attempt.stop_reason
+    assert attempt.stop_deadline - attempt.stop_requested_at == pytest.approx(30)
+
+    for _ in range(3):
+        controller.reconcile_once()
+    first = backend.launches[0]
+    assert backend.stops == [([r.replica_id for r in first.replicas], False)], "SIGTERM once, no SIGKILL yet"
+    assert status(database, low) is JobStatus.RUNNING, "QUEUED only once nothing of it is left"
+
+    exit_all(backend, first)
+    controller.reconcile_once()
+    job = job_row(database, low)
+    assert job.preemption_count == 1 and job.queued_since is not None
+    assert job.attained_time > 0 and job.attained_service == pytest.approx(2 * job.attained_time)
+    assert requeue_events(database, low) == [
+        ("PREEMPTED", attempt.stop_reason), ("QUEUED", "requeued; resumes from its checkpoint"),
+    ]
+    with database.transaction() as session:
+        tokens = session.scalars(select(ApiTokenRow).where(ApiTokenRow.job_id == low)).all()
+        assert tokens[0].revoked_at is not None, "the preempted attempt's token died with it"
+
+    for _ in range(10):  # whatever runs now ends, until the low job runs its second attempt
+        if len([launch for launch in backend.launches if launch.job_id == low]) == 2:
+            break
+        exit_all(backend, backend.launches[-1], 0)
+        controller.reconcile_once()
+    second = [launch for launch in backend.launches if launch.job_id == low][1]
+    assert second.attempt == 2
+    assert second.replicas[0].env["MLYARD_CHECKPOINT_DIR"] == first.replicas[0].env["MLYARD_CHECKPOINT_DIR"]
+    info = jobs.get_job(database, ADMIN, low)
+    assert info.preemption_count == 1 and info.attempts[0].stop_outcome is JobStatus.PREEMPTED
+
+
+@pytest.mark.parametrize("signalled", [False, True], ids=["before-sigterm", "after-sigterm"])
+def test_a_cancel_during_a_preemption_wins(world, signalled: bool) -> None:
+    database, backend, controller = world
+    low = running_low_job(database, backend, controller)
+    Script(controller, Decisions(preemptions=(Preempt(low, "preempted"),)))
+    controller.reconcile_once()
+    if signalled:
+        controller.reconcile_once()
+    jobs.cancel(database, ADMIN, low, wake=lambda: None)
+    controller.reconcile_once()
+    exit_all(backend, backend.launches[0])
+    controller.reconcile_once()
+    assert status(database, low) is JobStatus.CANCELLED
+    assert job_row(database, low).preemption_count == 0
+
+
+def test_a_job_that_ends_on_its_own_before_the_preemption_signal_keeps_its_outcome(world) -> None:
+    database, backend, controller = world
+    low = running_low_job(database, backend, controller)
+    Script(controller, Decisions(preemptions=(Preempt(low, "preempted"),)))
+    controller.reconcile_once()
+    exit_all(backend, backend.launches[0], 0)
+    controller.reconcile_once()
+    assert status(database, low) is JobStatus.SUCCEEDED
+    assert backend.stops == []
+
+
+def test_a_resize_restarts_the_job_through_the_queue(world) -> None:
+    database, backend, controller = world
+    elastic = running_low_job(database, backend, controller, elastic={"min_replicas": 1, "max_replicas": 2})
+    (launch,) = backend.launches
+    assert len(launch.replicas) == 2 and {r.env["WORLD_SIZE"] for r in launch.replicas} == {"2"}
+    first = launch.replicas[0]
+    keep = (ReplicaPlacement(role="worker", index=0, node=first.node, cpu_ids=first.cpu_ids, gpu_ids=(),
+                             memory_bytes=first.memory_bytes),)
+    Script(controller, Decisions(resizes=(Resize(elastic, keep, "shrinks to make room for job 9"),)),
+           Decisions())
+    controller.reconcile_once()
+    controller.reconcile_once()
+    exit_all(backend, launch)
+    controller.reconcile_once()
+    assert requeue_events(database, elastic) == [
+        ("PREEMPTED", "resize to 1 replica: shrinks to make room for job 9"),
+        ("QUEUED", "requeued; resumes from its checkpoint"),
+    ]
+    controller.reconcile_once()
+    assert backend.launches[-1].job_id == elastic and backend.launches[-1].attempt == 2
+
+
+def test_wait_reasons_are_stored_shown_and_cleared_when_the_job_starts(world) -> None:
+    database, backend, controller = world
+    blocker = running_low_job(database, backend, controller)
+    waiting = submit(database)
+    Script(controller, Decisions(waiting={waiting: "needs 2 CPUs; 0 are free"}))
+    controller.reconcile_once()
+    assert jobs.get_job(database, ADMIN, waiting).wait_reason == "needs 2 CPUs; 0 are free"
+    controller.reconcile_once()  # the real policy explains in its own words
+    assert jobs.get_job(database, ADMIN, waiting).wait_reason, "the scheduler says why the job waits"
+    exit_all(backend, backend.launches[0], 0)
+    controller.reconcile_once()
+    assert status(database, blocker) is JobStatus.SUCCEEDED
+    assert status(database, waiting) is JobStatus.STARTING
+    assert job_row(database, waiting).wait_reason is None
+
+
+def test_a_start_reason_goes_into_the_scheduled_event(world) -> None:
+    database, _backend, controller = world
+    job_id = submit(database, replicas=1)
+    placement = ReplicaPlacement(role="worker", index=0, node="n1", cpu_ids=(1,), gpu_ids=(), memory_bytes=1 << 30)
+    Script(controller, Decisions(starts=(StartJob(job_id, (placement,), reason="backfilled: ends before job 4 starts"),)))
+    controller.reconcile_once()
+    scheduled = [message for to, message in events(database, job_id) if to == "SCHEDULED"]
+    assert scheduled == ["backfilled: ends before job 4 starts; placed worker-0 on n1 cpus 1"]
+
+
+def test_an_elastic_job_starts_with_what_fits_and_its_world_size_follows(world) -> None:
+    database, backend, controller = world
+    job_id = submit(database, replicas=1, elastic={"min_replicas": 1, "max_replicas": 4})
+    controller.reconcile_once()
+    (launch,) = backend.launches
+    assert len(launch.replicas) == 2, "both cores of the node, not the 4 it would like"
+    assert {r.env["WORLD_SIZE"] for r in launch.replicas} == {"2"}
+    scheduled = [message for to, message in events(database, job_id) if to == "SCHEDULED"]
+    assert "2 of 4 replicas placed" in scheduled[0]
+
+
+def test_the_snapshot_carries_queues_owners_service_and_stops(world) -> None:
+    database, _backend, controller = world
+    with database.transaction() as session:
+        alice = UserRow(name="alice", is_admin=False, created_at=1.0)
+        session.add(alice)
+        session.add(QueueRow(name="team", project="vision", quota_cpu=2, borrow_cpu=1, weight=2.0,
+                             created_at=1.0, updated_at=1.0))
+        session.flush()
+        alice_id = alice.id
+    principal = auth.Principal(name="alice", user_id=alice_id)
+    spec = JobSpec(name="el", command=["x"], queue="team", max_runtime="1h",
+                   roles=[{"replicas": 1}], elastic={"min_replicas": 1, "max_replicas": 3})
+    running = jobs.submit(database, principal, spec, wake=lambda: None).id
+    script = Script(controller)
+    controller.reconcile_once()
+    queued = jobs.submit(database, principal, spec.model_copy(update={"elastic": None}), wake=lambda: None).id
+    jobs.cancel(database, ADMIN, running, wake=lambda: None)
+    controller.reconcile_once()
+    snapshot = script.snapshots[-1]
+    queues = {queue.name: queue for queue in snapshot.queues}
+    assert queues["default"].quota is None and queues["default"].borrow_limit is None
+    team = queues["team"]
+    assert (team.project, team.weight) == ("vision", 2.0)
+    assert team.quota == Amounts(gpu=0, cpu=2, memory=0)
+    assert team.borrow_limit.cpu == 1 and team.borrow_limit.gpu == float("inf")
+    (held,) = snapshot.running
+    assert held.stopping and held.user == "alice" and held.max_runtime == 3600
+    assert held.min_replicas == 1 and [r.index for r in held.grow_replicas] == [2]
+    (pending,) = snapshot.pending
+    assert (pending.job_id, pending.user, pending.queue, pending.min_replicas) == (queued, "alice", "team", None)
+
+
+def test_submitting_to_a_queue_that_does_not_exist_names_the_field_and_the_queues(world) -> None:
+    database, _backend, _controller = world
+    with database.transaction() as session:
+        session.add(QueueRow(name="team", project="default", weight=1.0, created_at=1.0, updated_at=1.0))
+    with pytest.raises(InvalidRequest) as raised:
+        submit(database, queue="nope")
+    assert raised.value.field == "queue" and "default, team" in raised.value.message
+    submit(database, queue="team")

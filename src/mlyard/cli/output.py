@@ -13,7 +13,14 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from mlyard.api_models import JobDetail, JobInfo, NodeInfo
+from mlyard.api_models import (
+    AttemptInfo,
+    JobDetail,
+    JobInfo,
+    NodeInfo,
+    QueueAmounts,
+    QueueInfo,
+)
 from mlyard.spec import JobStatus, format_bytes
 
 console = Console()
@@ -83,7 +90,7 @@ def jobs_table(jobs: Sequence[JobInfo]) -> Table:
     for job in jobs:
         table.add_row(
             str(job.id), job.name, status_text(job.status), str(job.replica_count), job.queue,
-            ago(job.submitted_at), duration(job_runtime(job)), escape(job.message or ""),
+            ago(job.submitted_at), duration(job_runtime(job)), escape(job.wait_reason or job.message or ""),
         )
     return table
 
@@ -104,8 +111,61 @@ def nodes_table(nodes: Sequence[NodeInfo]) -> Table:
     return table
 
 
+def amounts_text(amounts: QueueAmounts, *, missing: str) -> str:
+    """`gpu 4 · cpu 8 · mem 64.0 GiB`, leaving out null entries; `missing` when all are null."""
+    parts = []
+    if amounts.gpu is not None:
+        parts.append(f"gpu {amounts.gpu}")
+    if amounts.cpu is not None:
+        parts.append(f"cpu {amounts.cpu:g}")
+    if amounts.memory is not None:
+        parts.append(f"mem {format_bytes(amounts.memory)}")
+    return " · ".join(parts) or missing
+
+
+def queues_table(queues: Sequence[QueueInfo]) -> Table:
+    table = Table(box=None, header_style="bold")
+    for column in ("NAME", "PROJECT", "QUOTA", "BORROW LIMIT", "WEIGHT", "USAGE", "RUNNING", "WAITING"):
+        table.add_column(column, no_wrap=True)
+    for queue in queues:
+        usage = f"gpu {queue.usage.gpu} · cpu {queue.usage.cpu} · mem {format_bytes(queue.usage.memory)}"
+        table.add_row(
+            queue.name, queue.project, amounts_text(queue.quota, missing="none"),
+            amounts_text(queue.borrow_limit, missing="unlimited"), f"{queue.weight:g}", usage,
+            str(queue.running), str(queue.waiting),
+        )
+    return table
+
+
+def print_waiting(queues: Sequence[QueueInfo]) -> None:
+    """Each waiting job with the scheduler's reason, under the queue table."""
+    for queue in queues:
+        for job in queue.waiting_jobs:
+            reason = job.reason or "not considered by the scheduler yet"
+            console.print(f"  [dim]{escape(queue.name)}[/] job {job.id} ({escape(job.name)}) waits: {escape(reason)}",
+                          highlight=False)
+
+
+def service_text(job: JobInfo) -> str:
+    unit = "GPU-seconds" if any(role.resources.gpu for role in job.spec.roles) else "core-seconds"
+    return f"{job.attained_service:.1f} {unit} over {duration(job.attained_time)} of run time"
+
+
+def attempt_text(attempt: AttemptInfo) -> str:
+    """One line per attempt: how long it ran and how it ended, with the reason it was stopped."""
+    ran = duration((attempt.finished_at or time.time()) - attempt.launched_at) if attempt.launched_at else "-"
+    if attempt.finished_at is None:
+        state = "stopping" if attempt.stop_reason else "running"
+    else:
+        state = attempt.stop_outcome.value if attempt.stop_outcome else "finished"
+    text = f"#{attempt.number}  ran {ran}  {state}"
+    return f"{text}: {attempt.stop_reason}" if attempt.stop_reason else text
+
+
 def print_job_detail(job: JobDetail) -> None:
     console.print(f"[bold]Job {job.id}[/] {escape(job.name)}  {status_text(job.status)}")
+    if job.status is JobStatus.QUEUED and job.wait_reason:
+        console.print(f"[yellow]Waiting:[/] {escape(job.wait_reason)}", highlight=False)
     rows = [
         ("command", job.spec.display_command()),
         ("framework", job.spec.framework),
@@ -114,12 +174,20 @@ def print_job_detail(job: JobDetail) -> None:
         ("runtime", duration(job_runtime(job))),
         ("attempts", str(job.attempt_count)),
     ]
+    if job.attempt_count:
+        rows.append(("service", service_text(job)))
+    if job.preemption_count:
+        rows.append(("preempted", f"{job.preemption_count} time{'s' if job.preemption_count > 1 else ''}"))
     if job.exit_code is not None:
         rows.append(("exit code", str(job.exit_code)))
     if job.message:
         rows.append(("message", job.message))
     for key, value in rows:
         console.print(f"  [dim]{key:<10}[/] {escape(value)}", highlight=False)
+    if len(job.attempts) > 1 or any(attempt.stop_reason for attempt in job.attempts):
+        console.print("[bold]attempts[/]")
+        for attempt in job.attempts:
+            console.print(f"  {escape(attempt_text(attempt))}", highlight=False)
     if job.attempts:
         attempt = job.attempts[-1]
         table = Table(title=f"attempt {attempt.number}", box=None, header_style="bold", title_justify="left")

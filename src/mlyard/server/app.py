@@ -17,7 +17,7 @@ from mlyard.errors import MlyardError
 from mlyard.server import auth
 from mlyard.server.controller import Controller
 from mlyard.server.db import Database
-from mlyard.server.routers import jobs, nodes, snapshots
+from mlyard.server.routers import jobs, nodes, queues, snapshots
 from mlyard.server.settings import ServerSettings
 from mlyard.storage import BlobStore
 
@@ -78,6 +78,6 @@ def create_app(settings: ServerSettings, *, backend: Backend | None = None) -> F
         """Answers without a token: for probes and for `mlyard server start` to wait on."""
         return Health(status="ok", version=__version__)
 
-    for router in (jobs.router, nodes.router, snapshots.router):
+    for router in (jobs.router, nodes.router, queues.router, snapshots.router):
         app.include_router(router, prefix=API_PREFIX)
     return app

@@ -29,6 +29,8 @@ TOKEN_PREFIX = "mly_"
 class Action(enum.Enum):
     READ = "read"
     WRITE = "write"
+    ADMIN = "admin"
+    """Changing how the cluster is shared (queues): administrators only."""
 
 
 @dataclass(frozen=True)
@@ -110,8 +112,12 @@ def authenticate(database: Database, authorization: str | None) -> Principal:
 
 
 def authorize(principal: Principal, action: Action, *, job_id: int | None = None) -> None:
-    """The single access check. Users may do everything for now (projects and roles come
-    later); a job's token may only read its own job."""
+    """The single access check. Users may read and write everything for now (projects and
+    roles come later), administrators may also administer; a job's token may only read its own job."""
+    if action is Action.ADMIN:
+        if principal.is_admin and principal.job_id is None:
+            return
+        raise Forbidden(f"{principal.name} is not an administrator; this needs an administrator's token")
     if principal.job_id is None:
         return
     if action is Action.READ and job_id == principal.job_id:

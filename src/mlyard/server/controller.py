@@ -3,13 +3,18 @@
 Each pass: observe the replicas of every unfinished attempt through the backend → decide
 what that means for their jobs (running, succeeded, failed, stop needed) → signal replicas
 that must stop (SIGTERM, then SIGKILL after the grace period) → ask the scheduler what to
-start → launch it. Backend calls never happen inside a database transaction. A pass runs
-whenever `wake()` is called (submission, cancellation) and otherwise on a short tick while
-anything is active.
+start, preempt and resize, and why the rest waits → carry that out. Backend calls never
+happen inside a database transaction. A pass runs whenever `wake()` is called (submission,
+cancellation) and otherwise on a short tick while anything is active.
 
 Words: an attempt is *holding* while its `finished_at` is unset: its replicas may exist and
 its resources are not free. A stop is *requested* when `stop_requested_at` is set; the job
-takes `stop_outcome` once no replica is left.
+takes `stop_outcome` once no replica is left. A stop with outcome `PREEMPTED` comes from the
+scheduler (a preemption, or a resize carried out as a checkpoint-restart): once no replica is
+left the job goes `PREEMPTED → QUEUED` and its next attempt resumes from the job's checkpoint
+directory, which outlives attempts. Until its SIGTERM goes out, such a stop gives way to
+whatever the attempt does on its own (fail, succeed, be cancelled); after it, only a
+cancellation still changes the outcome.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from sqlalchemy import select
@@ -31,11 +37,12 @@ from mlyard.backends.base import (
     handle_reference,
 )
 from mlyard.rendezvous import JobContext, ReplicaSlot, replica_environments
-from mlyard.scheduler import StartJob, decide
+from mlyard.scheduler import ClusterSnapshot, Decisions, StartJob, decide
 from mlyard.server import auth
+from mlyard.server.cluster import attempt_run_time, service_rate
 from mlyard.server.cluster import snapshot as cluster_snapshot
 from mlyard.server.db import Database
-from mlyard.server.rows import AttemptRow, JobRow, NodeRow, ReplicaRow
+from mlyard.server.rows import AttemptRow, JobRow, NodeRow, QueueRow, ReplicaRow
 from mlyard.server.services.jobs import switch_status
 from mlyard.server.services.nodes import record_nodes
 from mlyard.server.settings import ServerSettings
@@ -45,6 +52,7 @@ from mlyard.storage import BlobStore
 log = logging.getLogger("mlyard.controller")
 
 GONE = ("exited", "lost")
+REQUEUED = "requeued; resumes from its checkpoint"
 
 
 @dataclass(frozen=True)
@@ -60,14 +68,31 @@ def _ref(replica: ReplicaRow) -> ReplicaRef:
                       pid=replica.pid, pid_started_at=replica.pid_started_at)
 
 
-def _placement_text(decision: StartJob) -> str:
+def _start_text(decision: StartJob, spec: JobSpec) -> str:
+    """The SCHEDULED event: why the scheduler chose the job (if it said) and where it runs."""
     parts = []
     for placement in decision.placements:
         text = f"{placement.role}-{placement.index} on {placement.node} cpus {','.join(map(str, placement.cpu_ids))}"
         if placement.gpu_ids:
             text += f" gpus {','.join(map(str, placement.gpu_ids))}"
         parts.append(text)
-    return "placed " + "; ".join(parts)
+    placed = "placed " + "; ".join(parts)
+    if spec.elastic is not None:
+        placed = f"{len(decision.placements)} of {spec.elastic.max_replicas} replicas {placed}"
+    return f"{decision.reason}; {placed}" if decision.reason else placed
+
+
+def _end_attempt(attempt: AttemptRow, now: float) -> None:
+    """Marks the attempt finished and adds what it consumed to its job's attained service."""
+    attempt.finished_at = now
+    run_time = attempt_run_time(attempt, now)
+    job = attempt.job
+    job.attained_time = (job.attained_time or 0.0) + run_time
+    job.attained_service = (job.attained_service or 0.0) + service_rate(attempt.replicas) * run_time
+
+
+def _scheduler_stop_unsignalled(attempt: AttemptRow) -> bool:
+    return attempt.stop_outcome == JobStatus.PREEMPTED.value and attempt.stop_signalled_at is None
 
 
 def _holding_attempts(session: Session) -> list[AttemptRow]:
@@ -75,18 +100,22 @@ def _holding_attempts(session: Session) -> list[AttemptRow]:
         session.scalars(
             select(AttemptRow)
             .where(AttemptRow.finished_at.is_(None))
-            .options(selectinload(AttemptRow.replicas), selectinload(AttemptRow.job))
+            .options(selectinload(AttemptRow.replicas), selectinload(AttemptRow.job).selectinload(JobRow.owner))
             .order_by(AttemptRow.id)
         )
     )
 
 
 class Controller:
-    def __init__(self, *, database: Database, backend: Backend, settings: ServerSettings, blobs: BlobStore):
+    """`decide` is the scheduler's; another function with its contract may stand in for it."""
+
+    def __init__(self, *, database: Database, backend: Backend, settings: ServerSettings, blobs: BlobStore,
+                 decide: Callable[[ClusterSnapshot, float], Decisions] = decide):
         self.database = database
         self.backend = backend
         self.settings = settings
         self.blobs = blobs
+        self.decide = decide
         self._wake = threading.Event()
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
@@ -130,10 +159,10 @@ class Controller:
         stops, transient = self._apply_observations(observations, time.time())
         for stop in stops:
             self.backend.stop(stop.replicas, force=stop.force)
-        started = self._schedule(time.time())
+        acted = self._schedule(time.time())
         # Exits of replicas this server started wake the loop at once (backend.notify); the
         # tick covers the rest: starts, stops in progress, replicas of a previous server.
-        return self.settings.busy_tick_seconds if transient or started else self.settings.idle_tick_seconds
+        return self.settings.busy_tick_seconds if transient or acted else self.settings.idle_tick_seconds
 
     def _apply_observations(
         self, observations: dict[int, ReplicaObservation], now: float
@@ -153,12 +182,11 @@ class Controller:
                     attempt.running_at = now
                     switch_status(session, job, JobStatus.RUNNING, now=now)
                 all_gone = all(r.state in GONE for r in replicas)
-                if attempt.stop_requested_at is None:
+                if attempt.stop_requested_at is None or _scheduler_stop_unsignalled(attempt):
                     self._judge(session, attempt, all_gone, now)
-                if attempt.stop_requested_at is not None:
+                if attempt.finished_at is None and attempt.stop_requested_at is not None:
                     if all_gone:
-                        attempt.finished_at = now
-                        switch_status(session, job, JobStatus(attempt.stop_outcome), message=attempt.stop_reason, now=now)
+                        self._finish_stop(session, attempt, now)
                     else:
                         transient = True
                         force = now >= (attempt.stop_deadline or now)
@@ -207,32 +235,99 @@ class Controller:
         elif spec.max_runtime is not None and now - attempt.launched_at > spec.max_runtime:
             self._request_stop(attempt, JobStatus.FAILED, f"exceeded its max_runtime of {spec.max_runtime:g}s", now)
         elif all_gone:
-            attempt.finished_at = now
+            _end_attempt(attempt, now)
             job.exit_code = 0
             switch_status(session, job, JobStatus.SUCCEEDED, now=now)
 
-    def _request_stop(self, attempt: AttemptRow, outcome: JobStatus, reason: str, now: float) -> None:
+    def _request_stop(self, attempt: AttemptRow, outcome: JobStatus, reason: str, now: float,
+                      *, grace: float | None = None) -> None:
         attempt.stop_requested_at = now
-        attempt.stop_deadline = now + self.settings.stop_grace_seconds
+        attempt.stop_deadline = now + (self.settings.stop_grace_seconds if grace is None else grace)
         attempt.stop_outcome = outcome.value
         attempt.stop_reason = reason
         log.info("job %s attempt %s: stopping (%s)", attempt.job_id, attempt.number, reason)
 
+    @staticmethod
+    def _finish_stop(session: Session, attempt: AttemptRow, now: float) -> None:
+        """No replica of a stopping attempt is left: the job takes the stop's outcome. A
+        preempted job is queued again, unless it was cancelled meanwhile (the cancel wins)."""
+        _end_attempt(attempt, now)
+        job = attempt.job
+        outcome, reason = JobStatus(attempt.stop_outcome), attempt.stop_reason
+        if outcome is JobStatus.PREEMPTED and job.cancel_requested_at is not None:
+            outcome, reason = JobStatus.CANCELLED, "cancelled by request"
+        if outcome is not JobStatus.PREEMPTED:
+            switch_status(session, job, outcome, message=reason, now=now)
+            return
+        switch_status(session, job, JobStatus.PREEMPTED, message=reason, now=now)
+        switch_status(session, job, JobStatus.QUEUED, message=REQUEUED, now=now)
+        job.queued_since = now
+        job.preemption_count = (job.preemption_count or 0) + 1
+        job.wait_reason = None
+        auth.revoke_job_tokens(session, job.id)  # the next attempt gets a token of its own
+
     # ----------------------------------------------------------------- scheduling
     def _schedule(self, now: float) -> bool:
+        """One scheduling round; True when it started or stopped something."""
         with self.database.transaction() as session:
             queued = session.scalars(
-                select(JobRow).where(JobRow.status == JobStatus.QUEUED.value).order_by(JobRow.submitted_at, JobRow.id)
+                select(JobRow)
+                .where(JobRow.status == JobStatus.QUEUED.value)
+                .options(selectinload(JobRow.owner))
+                .order_by(JobRow.submitted_at, JobRow.id)
             ).all()
-            if not queued:
+            holding = _holding_attempts(session)
+            # Running jobs alone matter too: an elastic job may be grown into idle capacity.
+            if not queued and not holding:
                 return False
             nodes = session.scalars(select(NodeRow)).all()
             addresses = {node.name: node.address for node in nodes}
-            snapshot = cluster_snapshot(nodes, _holding_attempts(session), queued)
-        decisions = decide(snapshot, now)
-        for decision in decisions:
+            snapshot = cluster_snapshot(nodes, holding, queued, queues=session.scalars(select(QueueRow)).all(),
+                                        config=self.settings.scheduler_config())
+        decisions = self.decide(snapshot, now)
+        stopped = self._record_decisions(decisions, now)
+        for decision in decisions.starts:
             self._start(decision, addresses)
-        return bool(decisions)
+        return stopped or bool(decisions.starts)
+
+    def _record_decisions(self, decisions: Decisions, now: float) -> bool:
+        """Requests the stops the scheduler asked for and stores why queued jobs wait (a
+        reason is written only when it changed). True when a stop was requested."""
+        stopped = False
+        if not (decisions.preemptions or decisions.resizes or decisions.waiting):
+            return stopped
+        with self.database.transaction() as session:
+            for preemption in decisions.preemptions:
+                reason = preemption.reason
+                if preemption.for_job is not None and f"job {preemption.for_job}" not in reason:
+                    reason = f"{reason} (for job {preemption.for_job})"
+                stopped |= self._stop_for_scheduler(session, preemption.job_id, reason, now)
+            for resize in decisions.resizes:
+                # A resize is a checkpoint-restart: the job is queued again and the next round
+                # starts it at whatever size the scheduler then chooses.
+                size = len(resize.placements)
+                reason = f"resize to {size} replica{'' if size == 1 else 's'}: {resize.reason}"
+                stopped |= self._stop_for_scheduler(session, resize.job_id, reason, now)
+            waiting = session.scalars(
+                select(JobRow).where(JobRow.id.in_(list(decisions.waiting)), JobRow.status == JobStatus.QUEUED.value)
+            ) if decisions.waiting else ()
+            for job in waiting:
+                reason = decisions.waiting[job.id]
+                if job.wait_reason != reason:
+                    job.wait_reason = reason
+        return stopped
+
+    def _stop_for_scheduler(self, session: Session, job_id: int, reason: str, now: float) -> bool:
+        """Stops a job's running attempt so the job goes back to the queue; its own
+        `preemption_grace` (else the server's stop grace) is its time to checkpoint."""
+        attempt = session.scalar(
+            select(AttemptRow).where(AttemptRow.job_id == job_id, AttemptRow.finished_at.is_(None))
+        )
+        if attempt is None or attempt.launched_at is None or attempt.stop_requested_at is not None:
+            return False
+        grace = JobSpec.model_validate(attempt.job.spec).preemption_grace
+        self._request_stop(attempt, JobStatus.PREEMPTED, reason, now, grace=grace)
+        return True
 
     def _start(self, decision: StartJob, addresses: dict[str, str]) -> None:
         count = len(decision.placements)
@@ -244,6 +339,7 @@ class Controller:
                 return
             spec = JobSpec.model_validate(job.spec)
             job.attempt_count += 1
+            job.wait_reason = None
             attempt = AttemptRow(job_id=job.id, number=job.attempt_count, created_at=now, master_port=master_port)
             session.add(attempt)
             session.flush()
@@ -266,7 +362,7 @@ class Controller:
             session.flush()
             token = auth.issue_token(session, name=f"job {job.id} attempt {attempt.number}", user_id=job.owner_id,
                                      job_id=job.id)
-            switch_status(session, job, JobStatus.SCHEDULED, message=_placement_text(decision), now=now)
+            switch_status(session, job, JobStatus.SCHEDULED, message=_start_text(decision, spec), now=now)
             checkpoint_directory = self.settings.paths.checkpoint_directory(job.id)
             context = JobContext(job_id=job.id, attempt=attempt.number, api_url=self.settings.url, token=token,
                                  checkpoint_directory=str(checkpoint_directory), master_port=master_port)
@@ -315,7 +411,7 @@ class Controller:
         with self.database.transaction() as session:
             attempt = session.get(AttemptRow, attempt_id)
             now = time.time()
-            attempt.finished_at = now
+            _end_attempt(attempt, now)
             for replica in attempt.replicas:
                 if replica.state not in GONE:
                     replica.state, replica.finished_at = "lost", now

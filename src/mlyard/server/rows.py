@@ -64,7 +64,17 @@ class JobRow(Base):
     started_at: Mapped[float | None] = mapped_column(Float, nullable=True)
     finished_at: Mapped[float | None] = mapped_column(Float, nullable=True)
     cancel_requested_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    attained_service: Mapped[float] = mapped_column(Float, default=0.0)
+    """Service its finished attempts consumed: GPU-seconds, or core-seconds for a job without GPUs."""
+    attained_time: Mapped[float] = mapped_column(Float, default=0.0)
+    """Wall seconds its finished attempts ran."""
+    queued_since: Mapped[float | None] = mapped_column(Float, nullable=True)
+    """When it last became QUEUED again (after a preemption); None: since `submitted_at`."""
+    wait_reason: Mapped[str | None] = mapped_column(Text, nullable=True)
+    """Why the scheduler did not start it in the latest round; cleared when it starts."""
+    preemption_count: Mapped[int] = mapped_column(Integer, default=0)
 
+    owner: Mapped[UserRow | None] = relationship()
     attempts: Mapped[list[AttemptRow]] = relationship(
         back_populates="job", order_by="AttemptRow.number", cascade="all, delete-orphan"
     )
@@ -158,6 +168,27 @@ class NodeRow(Base):
     labels: Mapped[dict[str, str]] = mapped_column(JSON)
     notes: Mapped[list[str]] = mapped_column(JSON)
     """What the node cannot do, in words (e.g. memory limits not enforced and why)."""
+    updated_at: Mapped[float] = mapped_column(Float)
+
+
+class QueueRow(Base):
+    """A project's queue: the capacity it is guaranteed and how far it may borrow beyond it.
+
+    A null `quota_*` column guarantees none of that resource; a null `borrow_*` column lets the
+    queue borrow it without limit. The `default` queue exists without a row (no quota)."""
+
+    __tablename__ = "queues"
+
+    name: Mapped[str] = mapped_column(String(63), primary_key=True)
+    project: Mapped[str] = mapped_column(String(63), default="default")
+    quota_gpu: Mapped[float | None] = mapped_column(Float, nullable=True)
+    quota_cpu: Mapped[float | None] = mapped_column(Float, nullable=True)
+    quota_memory: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    borrow_gpu: Mapped[float | None] = mapped_column(Float, nullable=True)
+    borrow_cpu: Mapped[float | None] = mapped_column(Float, nullable=True)
+    borrow_memory: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    weight: Mapped[float] = mapped_column(Float, default=1.0)
+    created_at: Mapped[float] = mapped_column(Float)
     updated_at: Mapped[float] = mapped_column(Float)
 
 

@@ -3,11 +3,27 @@
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 
 from mlyard.config import DEFAULT_HOST, DEFAULT_PORT, Paths, home_directory
+from mlyard.errors import MlyardError
+from mlyard.scheduler import DEFAULT_POLICY, LIVE_POLICIES, SchedulerConfig
 from mlyard.spec import parse_duration, parse_memory
 from mlyard.storage import DEFAULT_MAX_SNAPSHOT_BYTES
+
+DEFAULT_PREEMPT_MIN_RUN = 300.0
+_ZERO_DURATION = re.compile(r"^\s*0+(\.0*)?\s*[smhd]?\s*$")
+
+
+def _duration_or_zero(variable: str, value: str) -> float:
+    """A duration from the environment where 0 is meaningful (switch the wait off)."""
+    if _ZERO_DURATION.match(value):
+        return 0.0
+    try:
+        return parse_duration(value)
+    except ValueError as error:
+        raise MlyardError(f"{variable}: {error}") from None
 
 
 @dataclass(frozen=True)
@@ -21,12 +37,25 @@ class ServerSettings:
     node_memory: int | None = None
     """Bytes of memory the local node offers to jobs; None: all physical memory."""
     stop_grace_seconds: float = 10.0
-    """Between SIGTERM and SIGKILL when a job is cancelled or fails."""
+    """Between SIGTERM and SIGKILL when a job is cancelled, fails, or is preempted without a
+    `preemption_grace` of its own."""
     max_snapshot_bytes: int = DEFAULT_MAX_SNAPSHOT_BYTES
     """The largest code snapshot an upload may be (MLYARD_MAX_SNAPSHOT)."""
+    scheduler_policy: str = DEFAULT_POLICY
+    """How the scheduler orders and preempts (MLYARD_SCHEDULER_POLICY): one of `LIVE_POLICIES`."""
+    preempt_min_run_seconds: float = DEFAULT_PREEMPT_MIN_RUN
+    """A job runs at least this long before a preemption for fairness (MLYARD_PREEMPT_MIN_RUN)."""
     idle_tick_seconds: float = 1.0
     busy_tick_seconds: float = 0.1
     extra: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.scheduler_policy not in LIVE_POLICIES:
+            raise MlyardError(f"MLYARD_SCHEDULER_POLICY={self.scheduler_policy!r} is not a policy the server "
+                              f"can run; choose one of {', '.join(LIVE_POLICIES)}")
+
+    def scheduler_config(self) -> SchedulerConfig:
+        return SchedulerConfig(policy=self.scheduler_policy, min_run_before_preempt=self.preempt_min_run_seconds)
 
     @property
     def url(self) -> str:
@@ -43,6 +72,7 @@ class ServerSettings:
         memory = environment.get("MLYARD_NODE_MEMORY")
         grace = environment.get("MLYARD_STOP_GRACE")
         snapshot_cap = environment.get("MLYARD_MAX_SNAPSHOT")
+        min_run = environment.get("MLYARD_PREEMPT_MIN_RUN")
         return cls(
             paths=Paths(home_directory()),
             host=host or environment.get("MLYARD_HOST", DEFAULT_HOST),
@@ -52,4 +82,7 @@ class ServerSettings:
             node_memory=parse_memory(memory) if memory else None,
             stop_grace_seconds=parse_duration(grace) if grace else 10.0,
             max_snapshot_bytes=parse_memory(snapshot_cap) if snapshot_cap else DEFAULT_MAX_SNAPSHOT_BYTES,
+            scheduler_policy=environment.get("MLYARD_SCHEDULER_POLICY", "").strip() or DEFAULT_POLICY,
+            preempt_min_run_seconds=(_duration_or_zero("MLYARD_PREEMPT_MIN_RUN", min_run) if min_run
+                                     else DEFAULT_PREEMPT_MIN_RUN),
         )

@@ -13,12 +13,31 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, selectinload
 
 from mlyard.api_models import AttemptInfo, EventInfo, JobDetail, JobInfo, ReplicaInfo
-from mlyard.errors import Conflict, InvalidTransition, NotFound, Unschedulable
+from mlyard.errors import (
+    Conflict,
+    InvalidRequest,
+    InvalidTransition,
+    NotFound,
+    Unschedulable,
+)
 from mlyard.scheduler import unschedulable_reason
 from mlyard.server import auth, logfiles
-from mlyard.server.cluster import replica_requests, scheduler_node
+from mlyard.server.cluster import (
+    DEFAULT_QUEUE,
+    attempt_run_time,
+    scheduler_node,
+    service_rate,
+    smallest_gang,
+)
 from mlyard.server.db import Database
-from mlyard.server.rows import AttemptRow, JobEventRow, JobRow, NodeRow, SnapshotRow
+from mlyard.server.rows import (
+    AttemptRow,
+    JobEventRow,
+    JobRow,
+    NodeRow,
+    QueueRow,
+    SnapshotRow,
+)
 from mlyard.spec import JobSpec, JobStatus, can_transition
 
 LOG_TAIL_LINES = 20
@@ -51,8 +70,12 @@ def submit(
     with database.transaction() as session:
         if spec.snapshot is not None and session.get(SnapshotRow, spec.snapshot) is None:
             raise NotFound(f"snapshot {spec.snapshot[:12]} is not on the server; upload it first", field="snapshot")
+        if spec.queue != DEFAULT_QUEUE and session.get(QueueRow, spec.queue) is None:
+            names = sorted({DEFAULT_QUEUE, *session.scalars(select(QueueRow.name))})
+            raise InvalidRequest(f"queue {spec.queue!r} does not exist; the queues are: {', '.join(names)}",
+                                 field="queue")
         nodes = [scheduler_node(row) for row in session.scalars(select(NodeRow))]
-        reason = unschedulable_reason(tuple(nodes), replica_requests(spec))
+        reason = unschedulable_reason(tuple(nodes), smallest_gang(spec))
         if reason is not None:
             raise Unschedulable(f"job {spec.name!r} can never run here: {reason}", field="roles")
         now = time.time()
@@ -83,7 +106,8 @@ def list_jobs(
     limit: int = 200,
 ) -> list[JobInfo]:
     auth.authorize(principal, auth.Action.READ, job_id=principal.job_id)
-    query = select(JobRow).order_by(JobRow.id.desc()).limit(limit)
+    query = (select(JobRow).order_by(JobRow.id.desc()).limit(limit)
+             .options(selectinload(JobRow.attempts).selectinload(AttemptRow.replicas)))
     if statuses:
         query = query.where(JobRow.status.in_([status.value for status in statuses]))
     elif not include_finished:
@@ -142,8 +166,15 @@ def cancel(database: Database, principal: auth.Principal, job_id: int, *, wake: 
     return info
 
 
-def job_info(job: JobRow) -> JobInfo:
+def job_info(job: JobRow, *, now: float | None = None) -> JobInfo:
+    """The job as the API shows it; attained service and time include the attempt running now."""
     spec = JobSpec.model_validate(job.spec)
+    now = time.time() if now is None else now
+    service, run_time = job.attained_service or 0.0, job.attained_time or 0.0
+    for attempt in job.attempts:
+        if attempt.finished_at is None:
+            service += service_rate(attempt.replicas) * attempt_run_time(attempt, now)
+            run_time += attempt_run_time(attempt, now)
     return JobInfo(
         id=job.id,
         name=job.name,
@@ -159,6 +190,10 @@ def job_info(job: JobRow) -> JobInfo:
         submitted_at=job.submitted_at,
         started_at=job.started_at,
         finished_at=job.finished_at,
+        wait_reason=job.wait_reason if job.status == JobStatus.QUEUED.value else None,
+        attained_service=service,
+        attained_time=run_time,
+        preemption_count=job.preemption_count or 0,
         spec=spec,
     )
 
@@ -171,6 +206,7 @@ def attempt_info(attempt: AttemptRow) -> AttemptInfo:
         running_at=attempt.running_at,
         finished_at=attempt.finished_at,
         stop_reason=attempt.stop_reason,
+        stop_outcome=JobStatus(attempt.stop_outcome) if attempt.stop_outcome else None,
         master_port=attempt.master_port,
         replicas=[
             ReplicaInfo(

@@ -1,0 +1,48 @@
+"""Server settings from the environment: the scheduling policy and its preemption knobs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from mlyard.errors import MlyardError
+from mlyard.scheduler import LIVE_POLICIES
+from mlyard.server.settings import ServerSettings
+
+
+@pytest.fixture
+def environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> pytest.MonkeyPatch:
+    for variable in ("MLYARD_SCHEDULER_POLICY", "MLYARD_PREEMPT_MIN_RUN"):
+        monkeypatch.delenv(variable, raising=False)
+    monkeypatch.setenv("MLYARD_HOME", str(tmp_path))
+    return monkeypatch
+
+
+def test_the_default_is_the_balanced_policy_with_five_minutes_before_a_preemption(environment) -> None:
+    config = ServerSettings.from_environment().scheduler_config()
+    assert (config.policy, config.min_run_before_preempt) == ("balanced", 300)
+
+
+@pytest.mark.parametrize(("value", "seconds"), [("0", 0.0), ("0s", 0.0), ("90", 90.0), ("10m", 600.0)])
+def test_the_policy_and_the_minimum_run_come_from_the_environment(environment, value: str, seconds: float) -> None:
+    environment.setenv("MLYARD_SCHEDULER_POLICY", "priority")
+    environment.setenv("MLYARD_PREEMPT_MIN_RUN", value)
+    config = ServerSettings.from_environment().scheduler_config()
+    assert (config.policy, config.min_run_before_preempt) == ("priority", seconds)
+
+
+@pytest.mark.parametrize("policy", ["srtf-oracle", "lottery"])
+def test_a_policy_the_server_cannot_run_is_refused_naming_the_variable_and_the_choices(environment, policy) -> None:
+    environment.setenv("MLYARD_SCHEDULER_POLICY", policy)
+    with pytest.raises(MlyardError) as raised:
+        ServerSettings.from_environment()
+    message = str(raised.value)
+    assert "MLYARD_SCHEDULER_POLICY" in message and policy in message and ", ".join(LIVE_POLICIES) in message
+    assert "\n" not in message
+
+
+def test_an_unreadable_minimum_run_is_refused_naming_the_variable(environment) -> None:
+    environment.setenv("MLYARD_PREEMPT_MIN_RUN", "soon")
+    with pytest.raises(MlyardError, match="MLYARD_PREEMPT_MIN_RUN"):
+        ServerSettings.from_environment()
