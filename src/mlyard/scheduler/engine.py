@@ -20,6 +20,7 @@ from .policies import POLICY_TABLE, Policy
 from .quotas import QueueBook, held_amounts, reclaim_victim_order, request_amounts
 from .resources import FreeResources
 from .snapshot import (
+    Amounts,
     ClusterSnapshot,
     Decisions,
     PendingJob,
@@ -31,11 +32,11 @@ from .snapshot import (
     StartJob,
 )
 
-MAX_PREEMPTION_PLANS = 16
+MAX_PREEMPTION_PLANS = 4
 """Preemption searches per round; each copies the free view, so a huge queue of
 blocked jobs cannot make one round slow. The rest try again next round."""
 
-MAX_PREEMPTION_ATTEMPTS = 32
+MAX_PREEMPTION_ATTEMPTS = 8
 """Blocked jobs, in policy order, that look for victims at all in one round."""
 
 _GIB = 1 << 30
@@ -108,6 +109,11 @@ class _Round:
     failed_plans: set[tuple] = field(default_factory=set)
     stopping_ids: list[int] | None = None
     never: dict[tuple, str | None] = field(default_factory=dict)
+    demands: dict[tuple, Amounts] = field(default_factory=dict)
+    eligible: dict[float, tuple[int, list]] = field(default_factory=dict)
+    victim_cache: dict[tuple, tuple[list, list[int]]] = field(default_factory=dict)
+    top_victim_class: float = -math.inf
+    future_generation: int = 0
     victim_pool: list[tuple[tuple[float, ...], float, RunningJob]] | None = None
 
     # ----------------------------------------------------------------- views
@@ -161,7 +167,14 @@ def decide_round(snapshot: ClusterSnapshot, now: float) -> Decisions:
     waiting_ahead = 0
     class_of_run = math.nan
     waiting_in_class = 0
+    floor = None if config.explain else _smallest_demand(snapshot.pending)
+    reclaim_possible = any(queue.quota is not None for queue in snapshot.queues)
     for job, klass in ordered:
+        if floor is not None and _exhausted(state, floor, reclaim_possible, klass):
+            # Nothing pending fits any more and no preemption is left to try: the
+            # rest waits. Only when no reasons are asked for (a simulator's rounds).
+            state.resource_waiters += 1
+            break
         if klass != class_of_run:
             class_of_run, waiting_in_class = klass, 0
         outcome = _consider(state, job, klass, head, waiting_ahead - waiting_in_class)
@@ -180,6 +193,33 @@ def decide_round(snapshot: ClusterSnapshot, now: float) -> Decisions:
     )
 
 
+def _smallest_demand(pending: Sequence[PendingJob]) -> tuple[int, int, int]:
+    gpus = cores = memory = math.inf
+    for job in pending:
+        job_gpus = job_cores = job_memory = 0
+        for replica in job.smallest_gang:
+            job_gpus += replica.gpu
+            job_cores += replica.cores
+            job_memory += replica.memory_bytes
+        gpus, cores, memory = min(gpus, job_gpus), min(cores, job_cores), min(memory, job_memory)
+    return gpus, cores, memory  # type: ignore[return-value]
+
+
+def _exhausted(state: _Round, floor: tuple[int, int, int], reclaim_possible: bool, klass: float) -> bool:
+    gpus, cores, memory = state.free.totals()
+    if gpus >= floor[0] and cores >= floor[1] and memory >= floor[2]:
+        return False
+    if state.attempts_left <= 0 or state.plans_left <= 0:
+        return True
+    if reclaim_possible:
+        return False
+    if not state.policy.preemptive:
+        return True
+    # Classes only grow along the order: once this job outranks no running job, nobody after it does.
+    pool = _victim_pool(state)
+    return not pool or klass >= state.top_victim_class
+
+
 def _consider(state: _Round, job: PendingJob, klass: float, head: PendingJob | None, better_ahead: int) -> str:
     """Start, hold a spot for, or explain one pending job; returns "started", "quota" or "blocked"."""
     policy, config = state.policy, state.config
@@ -187,12 +227,14 @@ def _consider(state: _Round, job: PendingJob, klass: float, head: PendingJob | N
     if head is not None:  # strict FIFO: the first blocked job holds everyone behind it
         state.waiting[job.job_id] = f"behind job {head.job_id}, first in line and waiting for resources"
         return "blocked"
-    demand = request_amounts(gang)
+    shape = _shape(gang)
+    demand = state.demands.get(shape)
+    if demand is None:
+        demand = state.demands[shape] = request_amounts(gang)
     quota = state.book.over_quota(job.queue, demand)
     if quota is not None:
         state.waiting[job.job_id] = quota
         return "quota"
-    shape = _shape(gang)
     placements = None
     if shape not in state.failed_now:
         placements = place_gang(state.free, gang, topology_key=config.topology_key)
@@ -217,7 +259,7 @@ def _consider(state: _Round, job: PendingJob, klass: float, head: PendingJob | N
         return "quota"
     state.resource_waiters += 1
     reason = _resource_reason(state, gang)
-    if better_ahead > 0:
+    if better_ahead > 0 and config.explain:
         reason += f"; behind {_count(better_ahead, 'job')} {policy.ahead_phrase}"
     if _wait_for_stopping(state, job, gang, shape) or _try_preemption(state, job, klass, gang, demand, shape):
         return "blocked"
@@ -236,11 +278,13 @@ def _shape(gang: Sequence[ReplicaRequest]) -> tuple:
 
 
 def _wait_for_stopping(state: _Round, job: PendingJob, gang: Sequence[ReplicaRequest], shape: tuple) -> bool:
+    if shape in state.failed_later:
+        return False
     if state.stopping_ids is None:
         state.stopping_ids = [run.job_id for run in state.snapshot.running if run.stopping]
-    stopping = state.stopping_ids + sorted(state.taken)
-    if not stopping or shape in state.failed_later:
+    if not state.stopping_ids and not state.taken:
         return False
+    stopping = state.stopping_ids + sorted(state.taken)
     placements = place_gang(state.future_view(), gang, topology_key=state.config.topology_key)
     if placements is None:
         state.failed_later.add(shape)
@@ -258,16 +302,14 @@ def _victims(state: _Round, job: PendingJob, klass: float, demand) -> list[_Vict
     policy, now, config = state.policy, state.now, state.config
     by_policy: list[tuple[tuple[float, ...], RunningJob]] = []
     if policy.preemptive:
-        if state.victim_pool is None:
-            pool = []
-            for run in state.snapshot.running:
-                if not run.stopping:
-                    theirs = policy.running_class(run, now, config)
-                    pool.append((policy.victim_key(run, theirs), theirs, run))
-            pool.sort(key=lambda item: item[0])
-            state.victim_pool = pool
-        by_policy = [(key, run) for key, theirs, run in state.victim_pool
-                     if run.job_id not in state.taken and policy.may_preempt(klass, run, theirs, now, config)]
+        _victim_pool(state)
+        memo = state.eligible.get(klass)
+        if memo is None or memo[0] != len(state.taken):
+            memo = (len(state.taken), [(key, run) for key, theirs, run in state.victim_pool
+                                       if run.job_id not in state.taken
+                                       and policy.may_preempt(klass, run, theirs, now, config)])
+            state.eligible[klass] = memo
+        by_policy = memo[1]
     whole = [run for _, run in by_policy]
     reclaim_why = ""
     if state.book.within_nominal(job.queue, demand):
@@ -290,6 +332,19 @@ def _victims(state: _Round, job: PendingJob, klass: float, demand) -> list[_Vict
     return victims
 
 
+def _victim_pool(state: _Round) -> list[tuple[tuple[float, ...], float, RunningJob]]:
+    """Running jobs that are not stopping, with their class, least important first."""
+    if state.victim_pool is None:
+        policy = state.policy
+        runs = [run for run in state.snapshot.running if not run.stopping]
+        classes = policy.running_classes(runs, state.now, state.config)
+        pool = [(policy.victim_key(run, theirs), theirs, run) for run, theirs in zip(runs, classes, strict=True)]
+        pool.sort(key=lambda item: item[0])
+        state.victim_pool = pool
+        state.top_victim_class = max((theirs for _, theirs, _ in pool), default=-math.inf)
+    return state.victim_pool
+
+
 def _policy_victim(run: RunningJob, by_policy: list[tuple[tuple[float, ...], RunningJob]]) -> bool:
     return any(candidate is run for _, candidate in by_policy)
 
@@ -300,17 +355,23 @@ def _try_preemption(state: _Round, job: PendingJob, klass: float, gang: Sequence
     if state.plans_left <= 0 or state.attempts_left <= 0 or memo in state.failed_plans:
         return False
     state.attempts_left -= 1
-    victims = _victims(state, job, klass, demand)
+    reclaim = job.queue if state.book.within_nominal(job.queue, demand) else None
+    cache_key = (klass, reclaim, len(state.taken), state.future_generation)
+    cached = state.victim_cache.get(cache_key)
+    if cached is None:
+        victims = _victims(state, job, klass, demand)
+        have = list(state.future_view().totals())
+        for victim in victims:
+            if victim.keep is None:
+                held = held_amounts(victim.release)
+                have = [have[0] + int(held.gpu), have[1] + int(held.cpu), have[2] + int(held.memory)]
+        cached = state.victim_cache[cache_key] = (victims, have)
+    victims, have = cached
     if not victims:
         state.failed_plans.add(memo)
         return False
     future = state.future_view()
     need = (int(demand.gpu), int(demand.cpu), int(demand.memory))
-    have = list(future.totals())
-    for victim in victims:
-        if victim.keep is None:
-            held = held_amounts(victim.release)
-            have = [have[0] + int(held.gpu), have[1] + int(held.cpu), have[2] + int(held.memory)]
     if not all(n <= h for n, h in zip(need, have, strict=True)):
         state.failed_plans.add(memo)
         return False
@@ -358,6 +419,7 @@ def _try_preemption(state: _Round, job: PendingJob, klass: float, gang: Sequence
                 placements = again
     trial.reserve(placements)
     state.future = trial
+    state.future_generation += 1
     state.failed_later.clear()  # the victims' resources are in the future view now
     state.free.take_available(placements)
     if state.reservation is not None:

@@ -61,24 +61,39 @@ def place_gang(
     best = _single_node(free, total, models)
     if best is not None:
         return _bind(replicas, [best] * len(replicas))
-    if len(replicas) == 1:
+    if len(replicas) == 1 or not _enough_gpu_slots(free, demands):
         return None
+    # Across nodes each replica only needs a node of a model it accepts itself.
+    limits = [frozenset(r.gpu_models) if r.gpu and r.gpu_models else None for r in replicas]
     assignment = None
     if topology_key:
-        for group in _topology_groups(free, total, models, topology_key):
-            assignment = _greedy_spread(group, demands, models)
+        for group in _topology_groups(free, total, topology_key):
+            assignment = _greedy_spread(group, demands, limits)
             if assignment is not None:
                 break
     if assignment is None:
-        candidates = [view for view in free.nodes if _accepts(view, models, total[0])]
-        assignment = _greedy_spread(candidates, demands, models)
-        if assignment is None and len(set(demands)) > 1:
+        candidates = free.nodes
+        assignment = _greedy_spread(candidates, demands, limits)
+        if assignment is None and len(set(zip(demands, limits, strict=True))) > 1:
             # Greedy is exact for identical replicas (nodes are independent bins for
             # them); mixed gangs get the exhaustive search as a second chance.
-            assignment = _spread(candidates, demands)
+            assignment = _spread(candidates, demands, limits)
     if assignment is None:
         return None
     return _bind(replicas, assignment)
+
+
+def _enough_gpu_slots(free: FreeResources, demands: list[tuple[int, int, int]]) -> bool:
+    """Necessary condition from the free-GPU index alone: for each replica GPU size, enough
+    nodes have room for that many replicas of it. Rejects most hopeless gangs in O(buckets)."""
+    wanted: dict[int, int] = {}
+    for gpus, _, _ in demands:
+        if gpus:
+            wanted[gpus] = wanted.get(gpus, 0) + 1
+    if not wanted:
+        return True
+    counts = [(count, free.nodes_with_free_gpus(count)) for count in free.gpu_counts() if count]
+    return all(sum(nodes * (count // size) for count, nodes in counts) >= needed for size, needed in wanted.items())
 
 
 def _accepted_models(replicas: Sequence[ReplicaRequest]) -> frozenset[str] | None:
@@ -124,14 +139,12 @@ def _single_node(
     return None
 
 
-def _topology_groups(
-    free: FreeResources, total: tuple[int, int, int], models: frozenset[str] | None, key: str
-) -> list[list[NodeFree]]:
+def _topology_groups(free: FreeResources, total: tuple[int, int, int], key: str) -> list[list[NodeFree]]:
     """Groups of nodes sharing label ``key`` whose free totals could hold the gang, tightest first."""
     groups: dict[str, list[NodeFree]] = {}
     for view in free.nodes:
         value = view.labels.get(key)
-        if value is not None and _accepts(view, models, total[0]):
+        if value is not None:
             groups.setdefault(value, []).append(view)
     if len(groups) < 2:
         return []
@@ -145,8 +158,8 @@ def _topology_groups(
 
 
 def _greedy_spread(
-    views: Sequence[NodeFree], demands: list[tuple[int, int, int]], models: frozenset[str] | None
-) -> list[int] | None:
+    views: Sequence[NodeFree], demands: list[tuple[int, int, int]], limits: list[frozenset[str] | None]
+) -> list[NodeFree] | None:
     """Fewest nodes for each group of identical replicas, biggest group first.
 
     Returns the node of each replica, or None when the greedy packing fails.
@@ -154,12 +167,15 @@ def _greedy_spread(
     capacity = {id(view): list(view.counts()) for view in views}
     used: dict[int, int] = {}
     chosen: list[NodeFree | None] = [None] * len(demands)
-    groups: dict[tuple[int, int, int], list[int]] = {}
+    groups: dict[tuple[tuple[int, int, int], frozenset[str] | None], list[int]] = {}
     for position, demand in enumerate(demands):
-        groups.setdefault(demand, []).append(position)
-    for demand, positions in sorted(groups.items(), key=lambda item: tuple(-x for x in item[0])):
+        groups.setdefault((demand, limits[position]), []).append(position)
+    ordered = sorted(groups.items(), key=lambda item: (tuple(-x for x in item[0][0]), sorted(item[0][1] or ())))
+    for (demand, models), positions in ordered:
         holds = []
         for order, view in enumerate(views):
+            if not _accepts(view, models, demand[0]):
+                continue
             room = capacity[id(view)]
             count = min(room[axis] // need for axis, need in enumerate(demand) if need) if any(demand) else len(positions)
             if count > 0:
@@ -196,7 +212,9 @@ def _greedy_spread(
     return chosen  # type: ignore[return-value]
 
 
-def _spread(views: Sequence[NodeFree], demands: list[tuple[int, int, int]]) -> list[NodeFree] | None:
+def _spread(
+    views: Sequence[NodeFree], demands: list[tuple[int, int, int]], limits: list[frozenset[str] | None]
+) -> list[NodeFree] | None:
     """Return a node per replica, or None; exhaustive up to SEARCH_BUDGET."""
     total = [sum(column) for column in zip(*demands, strict=False)]
     available = [sum(column) for column in zip(*(view.counts() for view in views), strict=False)] or [0, 0, 0]
@@ -216,20 +234,24 @@ def _spread(views: Sequence[NodeFree], demands: list[tuple[int, int, int]]) -> l
     capacity = [list(views[k].counts()) for k in node_order]
     # Biggest replicas first; identical replicas end up adjacent, which the
     # symmetry pruning below relies on.
-    order = sorted(range(len(demands)), key=lambda i: tuple(-x for x in demands[i]) + (i,))
+    order = sorted(range(len(demands)),
+                   key=lambda i: (*(-x for x in demands[i]), sorted(limits[i] or ()), i))
+    models = [views[k].gpu_model for k in node_order]
     choice = [-1] * len(order)
-    tried: list[set[tuple[int, ...]]] = [set() for _ in order]
+    tried: list[set[tuple[object, ...]]] = [set() for _ in order]
     steps = 0
     position = 0
     while 0 <= position < len(order):
         demand = demands[order[position]]
+        limit = limits[order[position]]
         previous = choice[position]
         if previous >= 0:
             _give_back(capacity[previous], demand)
             start = previous + 1
         else:
             tried[position].clear()
-            same_as_before = position > 0 and demands[order[position - 1]] == demand
+            same_as_before = (position > 0 and demands[order[position - 1]] == demand
+                              and limits[order[position - 1]] == limit)
             # Identical replicas are interchangeable: only non-decreasing node
             # slots need trying, which prunes the permutations among them.
             start = choice[position - 1] if same_as_before else 0
@@ -238,9 +260,10 @@ def _spread(views: Sequence[NodeFree], demands: list[tuple[int, int, int]]) -> l
             steps += 1
             if steps > SEARCH_BUDGET:
                 return None
-            state = tuple(capacity[slot])
-            # A node with the same free counts as one that already failed here fails too.
-            if state in tried[position] or not _fits(demand, state):
+            state = (*capacity[slot], models[slot])
+            # A node with the same free counts (and model) as one that already failed here fails too.
+            if state in tried[position] or not _fits(demand, state) \
+                    or (limit is not None and demand[0] and models[slot] not in limit):
                 continue
             tried[position].add(state)
             for axis, need in enumerate(demand):

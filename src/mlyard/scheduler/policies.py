@@ -34,7 +34,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from .config import SchedulerConfig
-from .quotas import QueueBook, request_amounts
+from .quotas import QueueBook
 from .snapshot import PendingJob, ReplicaPlacement, RunningJob
 
 
@@ -70,6 +70,9 @@ class Policy:
     def running_class(self, job: RunningJob, now: float, config: SchedulerConfig) -> float:
         return 0.0
 
+    def running_classes(self, runs: Sequence[RunningJob], now: float, config: SchedulerConfig) -> list[float]:
+        return [self.running_class(run, now, config) for run in runs]
+
     def tiebreak(self, job: PendingJob, now: float) -> tuple[float, ...]:
         return (job.waiting_since,)
 
@@ -93,17 +96,24 @@ class Policy:
         ahead: dict[tuple[float, str], list[PendingJob]] = {}
         for job in sorted(pending, key=lambda job: (*self.tiebreak(job, now), job.job_id)):
             ahead.setdefault((classes[job.job_id], job.queue), []).append(job)
+        capacity = book.capacity
+        scales = [1.0 / total if total > 0 else 0.0 for total in (capacity.gpu, capacity.cpu, capacity.memory)]
         keyed = []
         user_shares: dict[str, float] = {}
         for (klass, queue), jobs in ahead.items():
             used = book.used(queue)
+            gpu, cpu, memory = used.gpu, used.cpu, used.memory
             weight = book.queue(queue).weight
             for rank, job in enumerate(jobs):
-                share = book.share(used, weight)
-                used = used + request_amounts(job.smallest_gang)
-                if job.user not in user_shares:
-                    user_shares[job.user] = book.user_share(job.user)
-                keyed.append(((klass, round(share, 9), user_shares[job.user], rank, job.job_id), job, klass))
+                share = max(gpu * scales[0], cpu * scales[1], memory * scales[2]) / weight
+                for replica in job.smallest_gang:
+                    gpu += replica.gpu
+                    cpu += replica.cores
+                    memory += replica.memory_bytes
+                user_share = user_shares.get(job.user)
+                if user_share is None:
+                    user_share = user_shares[job.user] = book.user_share(job.user)
+                keyed.append(((klass, round(share, 9), user_share, rank, job.job_id), job, klass))
         keyed.sort(key=lambda item: item[0])
         return [(job, klass) for _, job, klass in keyed]
 
@@ -139,6 +149,19 @@ class Las(Policy):
 
     def running_class(self, job: RunningJob, now: float, config: SchedulerConfig) -> float:
         return float(bisect_right(self.thresholds(config), running_service(job, now)))
+
+    def running_classes(self, runs: Sequence[RunningJob], now: float, config: SchedulerConfig) -> list[float]:
+        thresholds = self.thresholds(config)
+        classes = []
+        for run in runs:
+            gpus = cores = 0
+            for placement in run.placements:
+                gpus += len(placement.gpu_ids)
+                cores += len(placement.cpu_ids)
+            rate = gpus or cores or 1
+            service = run.attained_service + rate * max(0.0, now - run.started_at)
+            classes.append(float(bisect_right(thresholds, service)))
+        return classes
 
 
 class Balanced(Las):

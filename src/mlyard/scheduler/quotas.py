@@ -62,8 +62,20 @@ class QueueBook:
         cores = sum(len(node.cpu_ids) for node in snapshot.nodes)
         memory = sum(node.memory_bytes for node in snapshot.nodes)
         self.capacity = Amounts(float(gpus), float(cores), float(memory))
+        by_queue: dict[str, list[int]] = {}
+        by_user: dict[str, list[int]] = {}
         for job in snapshot.running:
-            self.add(job.queue, job.user, held_amounts(job.placements))
+            gpus = cores = memory = 0
+            for placement in job.placements:
+                gpus += len(placement.gpu_ids)
+                cores += len(placement.cpu_ids)
+                memory += placement.memory_bytes
+            for sums in (by_queue.setdefault(job.queue, [0, 0, 0]), by_user.setdefault(job.user, [0, 0, 0])):
+                sums[0] += gpus
+                sums[1] += cores
+                sums[2] += memory
+        self.usage = {name: Amounts(*map(float, sums)) for name, sums in by_queue.items()}
+        self.user_usage = {name: Amounts(*map(float, sums)) for name, sums in by_user.items()}
 
     def queue(self, name: str) -> Queue:
         queue = self.queues.get(name)
@@ -84,6 +96,8 @@ class QueueBook:
     def over_quota(self, queue: str, demand: Amounts) -> str | None:
         """Why ``queue`` may not take ``demand`` more now, or None if it may."""
         definition = self.queue(queue)
+        if definition.borrow_limit is None:  # no ceiling at all
+            return None
         used = self.used(queue)
         ceiling = definition.ceiling
         after = used + demand

@@ -32,6 +32,14 @@ class NodeFree:
         return len(self.gpu_ids), len(self.cpu_ids), self.memory_bytes
 
 
+def _without(ids: tuple[int, ...], held: list[tuple[int, ...]]) -> list[int]:
+    """``ids`` (ascending) minus every id in ``held``, still ascending."""
+    if not any(held):
+        return list(ids)
+    taken = set().union(*held)
+    return [resource_id for resource_id in ids if resource_id not in taken]
+
+
 class FreeResources:
     """Mutable view of unallocated resources per node, iterated in node-name order.
 
@@ -75,10 +83,24 @@ class FreeResources:
         lists are ignored and memory never drops below zero, because a stale or
         inconsistent record must not stop the whole scheduler.
         """
-        free = cls.from_nodes(snapshot.nodes)
+        held: dict[str, list[ReplicaPlacement]] = {}
         for job in snapshot.running:
-            free.take_available(job.placements)
-        return free
+            for placement in job.placements:
+                held.setdefault(placement.node, []).append(placement)
+        views = []
+        for node in snapshot.nodes:
+            placements = held.get(node.name)
+            if not placements:
+                views.append(NodeFree(node.name, list(node.cpu_ids), list(node.gpu_ids), node.memory_bytes,
+                                      node.gpu_model, node.labels))
+                continue
+            views.append(NodeFree(
+                node.name, _without(node.cpu_ids, [placement.cpu_ids for placement in placements]),
+                _without(node.gpu_ids, [placement.gpu_ids for placement in placements]),
+                max(0, node.memory_bytes - sum(placement.memory_bytes for placement in placements)),
+                node.gpu_model, node.labels,
+            ))
+        return cls(views)
 
     @property
     def nodes(self) -> tuple[NodeFree, ...]:
@@ -97,12 +119,16 @@ class FreeResources:
         """The most free GPUs any single node has."""
         return max((count for count, names in self._buckets.items() if names), default=0)
 
-    def with_free_gpus(self, count: int) -> Iterable[NodeFree]:
+    def with_free_gpus(self, count: int) -> list[NodeFree]:
         """Nodes with exactly ``count`` free GPUs, in a stable order."""
         names = self._buckets.get(count)
         if not names:
-            return ()
+            return []
         return [self._nodes[name] for name in names]
+
+    def nodes_with_free_gpus(self, count: int) -> int:
+        """How many nodes have exactly ``count`` free GPUs."""
+        return len(self._buckets.get(count, ()))
 
     def gpu_counts(self) -> list[int]:
         """The distinct free-GPU counts nodes have, ascending."""

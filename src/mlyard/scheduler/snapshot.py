@@ -69,7 +69,7 @@ class Node:
     """A machine replicas can be placed on, with its allocatable resources.
 
     ``cpu_ids`` and ``gpu_ids`` are the ids as the OS numbers them; they must be
-    unique within the node. ``labels`` is copied into a ``Labels`` mapping,
+    unique within the node; they are stored ascending. ``labels`` is copied into a ``Labels`` mapping,
     which compares equal to a plain dict with the same items.
     """
 
@@ -85,6 +85,9 @@ class Node:
     def __post_init__(self) -> None:
         _freeze_ids(self, "cpu_ids")
         _freeze_ids(self, "gpu_ids")
+        # Kept ascending so free views can copy them without sorting every round.
+        object.__setattr__(self, "cpu_ids", tuple(sorted(self.cpu_ids)))
+        object.__setattr__(self, "gpu_ids", tuple(sorted(self.gpu_ids)))
         if self.memory_bytes < 0:
             raise ValueError(f"node {self.name}: memory_bytes must be >= 0")
         object.__setattr__(self, "labels", Labels(self.labels))
