@@ -77,7 +77,7 @@ class _Victim:
     job: RunningJob
     release: tuple[ReplicaPlacement, ...]
     keep: tuple[ReplicaPlacement, ...] | None  # None: preempt whole; else shrink to these
-    why: str
+    why: str  # "policy" or "reclaim": why this job may be taken (worded at commit time)
 
 
 @dataclass
@@ -311,24 +311,18 @@ def _victims(state: _Round, job: PendingJob, klass: float, demand) -> list[_Vict
             state.eligible[klass] = memo
         by_policy = memo[1]
     whole = [run for _, run in by_policy]
-    reclaim_why = ""
+    victims: list[_Victim] = [
+        _Victim(run, run.placements[run.min_replicas :], run.placements[: run.min_replicas], "policy")
+        for run in whole if run.min_replicas is not None and len(run.placements) > run.min_replicas
+    ]
+    victims += [_Victim(run, run.placements, None, "policy") for run in whole]
     if state.book.within_nominal(job.queue, demand):
         seen = {run.job_id for run in whole}
         borrowers = [run for run in reclaim_victim_order(state.book, state.snapshot.running)
                      if run.job_id not in seen and run.job_id not in state.taken and run.queue != job.queue]
-        whole += borrowers
-        reclaim_why = f"queue {job.queue} reclaims its quota"
-    policy_why = f"{policy.name} policy ranks job {job.job_id} higher"
-    victims: list[_Victim] = []
-    for run in whole:
-        if run.min_replicas is not None and len(run.placements) > run.min_replicas:
-            keep = run.placements[: run.min_replicas]
-            victims.append(_Victim(run, run.placements[run.min_replicas :], keep, "shrink"))
-    borrowing_queues = {run.queue for run in whole if state.book.borrowing(run.queue)}
-    for run in whole:
-        why = reclaim_why if reclaim_why and run.queue in borrowing_queues and not _policy_victim(run, by_policy) \
-            else policy_why
-        victims.append(_Victim(run, run.placements, None, why))
+        shrinkable = [_Victim(run, run.placements[run.min_replicas :], run.placements[: run.min_replicas], "reclaim")
+                      for run in borrowers if run.min_replicas is not None and len(run.placements) > run.min_replicas]
+        victims = shrinkable + victims + [_Victim(run, run.placements, None, "reclaim") for run in borrowers]
     return victims
 
 
@@ -343,10 +337,6 @@ def _victim_pool(state: _Round) -> list[tuple[tuple[float, ...], float, RunningJ
         state.victim_pool = pool
         state.top_victim_class = max((theirs for _, theirs, _ in pool), default=-math.inf)
     return state.victim_pool
-
-
-def _policy_victim(run: RunningJob, by_policy: list[tuple[tuple[float, ...], RunningJob]]) -> bool:
-    return any(candidate is run for _, candidate in by_policy)
 
 
 def _try_preemption(state: _Round, job: PendingJob, klass: float, gang: Sequence[ReplicaRequest], demand,
@@ -386,7 +376,7 @@ def _try_preemption(state: _Round, job: PendingJob, klass: float, gang: Sequence
         run = victim.job
         if victim.keep is None and any(c.job is run and c.keep is None for c in chosen):
             continue
-        if victim.why.startswith("queue ") and victim.keep is None:
+        if victim.why == "reclaim" and victim.keep is None:
             # A reclaim may only take from a queue while it is still over its quota.
             used = reclaimed.get(run.queue, book.used(run.queue))
             if used.fits_in(book.queue(run.queue).nominal):  # type: ignore[union-attr]
@@ -425,19 +415,18 @@ def _try_preemption(state: _Round, job: PendingJob, klass: float, gang: Sequence
     if state.reservation is not None:
         state.reservation.extra.take_available(placements)
     state.version += 1
+    # Victims stay in the quota book: they hold their resources until they have stopped.
     for victim in chosen:
         run = victim.job
         state.taken.add(run.job_id)
+        why = (f"queue {job.queue} reclaims its quota" if victim.why == "reclaim"
+               else f"the {state.policy.name} policy ranks job {job.job_id} higher")
         if victim.keep is None:
-            state.preemptions[run.job_id] = Preempt(run.job_id, f"preempted for job {job.job_id}: {victim.why}",
-                                                    job.job_id)
-            state.book.remove(run.queue, run.user, held_amounts(run.placements))
+            state.preemptions[run.job_id] = Preempt(run.job_id, f"preempted for job {job.job_id}: {why}", job.job_id)
         else:
             state.resizes[run.job_id] = Resize(
-                run.job_id, victim.keep,
-                f"shrunk to {_count(len(victim.keep), 'replica')} for job {job.job_id}: {victim.why}",
+                run.job_id, victim.keep, f"shrunk to {_count(len(victim.keep), 'replica')} for job {job.job_id}: {why}",
             )
-            state.book.remove(run.queue, run.user, held_amounts(victim.release))
     state.book.add(job.queue, job.user, held_amounts(placements))
     state.waiting[job.job_id] = (
         f"waiting for {_job_list(sorted(v.job.job_id for v in chosen))} to stop (preempted or shrunk for it)"
