@@ -110,6 +110,7 @@ class _Round:
     stopping_ids: list[int] | None = None
     never: dict[tuple, str | None] = field(default_factory=dict)
     demands: dict[tuple, Amounts] = field(default_factory=dict)
+    deferred: list[tuple[int, tuple, Sequence[ReplicaRequest], str]] = field(default_factory=list)
     eligible: dict[float, tuple[int, list]] = field(default_factory=dict)
     victim_cache: dict[tuple, tuple[list, list[int]]] = field(default_factory=dict)
     top_victim_class: float = -math.inf
@@ -127,7 +128,8 @@ class _Round:
         return self.future
 
     def commit_start(self, job: PendingJob, placements: tuple[ReplicaPlacement, ...], reason: str) -> None:
-        self.free.reserve(placements)
+        # place_gang chose these from ``free`` itself: valid by construction, no re-check.
+        self.free.take_available(placements)
         if self.future is not None:
             self.future.take_available(placements)
         if self.reservation is not None:
@@ -167,13 +169,13 @@ def decide_round(snapshot: ClusterSnapshot, now: float) -> Decisions:
     waiting_ahead = 0
     class_of_run = math.nan
     waiting_in_class = 0
-    floor = None if config.explain else _smallest_demand(snapshot.pending)
+    floor = _smallest_demand(snapshot.pending)
     reclaim_possible = any(queue.quota is not None for queue in snapshot.queues)
-    for job, klass in ordered:
-        if floor is not None and _exhausted(state, floor, reclaim_possible, klass):
-            # Nothing pending fits any more and no preemption is left to try: the
-            # rest waits. Only when no reasons are asked for (a simulator's rounds).
-            state.resource_waiters += 1
+    for position, (job, klass) in enumerate(ordered):
+        if position % 16 == 0 and _exhausted(state, floor, reclaim_possible, klass):
+            # Nothing pending fits any more and no preemption is left to try: the rest
+            # waits. They only need their reasons, which are cheap to give in bulk.
+            _explain_rest(state, ordered[position:], head, waiting_ahead, class_of_run, waiting_in_class)
             break
         if klass != class_of_run:
             class_of_run, waiting_in_class = klass, 0
@@ -185,12 +187,51 @@ def decide_round(snapshot: ClusterSnapshot, now: float) -> Decisions:
                 head = job
     if state.resource_waiters == 0:
         _grow_elastic(state)
+    texts: dict[tuple, str] = {}
+    for job_id, shape, gang, suffix in state.deferred:
+        text = texts.get(shape)
+        if text is None:
+            text = texts[shape] = _resource_reason(state, gang)
+        state.waiting[job_id] = text + suffix
     return Decisions(
         starts=tuple(state.starts),
         preemptions=tuple(state.preemptions.values()),
         resizes=tuple(state.resizes.values()),
         waiting=state.waiting if config.explain else {},
     )
+
+
+def _explain_rest(state: _Round, rest: Sequence[tuple[PendingJob, float]], head: PendingJob | None,
+                  waiting_ahead: int, class_of_run: float, waiting_in_class: int) -> None:
+    state.resource_waiters += 1
+    config, book = state.config, state.book
+    if not config.explain:
+        return
+    phrase = state.policy.ahead_phrase
+    for job, klass in rest:
+        if klass != class_of_run:
+            class_of_run, waiting_in_class = klass, 0
+        better_ahead = waiting_ahead - waiting_in_class
+        waiting_ahead += 1
+        waiting_in_class += 1
+        if head is not None:
+            state.waiting[job.job_id] = f"behind job {head.job_id}, first in line and waiting for resources"
+            continue
+        gang = job.smallest_gang
+        shape = job.shape
+        demand = state.demands.get(shape)
+        if demand is None:
+            demand = state.demands[shape] = request_amounts(gang)
+        quota = book.over_quota(job.queue, demand)
+        if quota is not None:
+            state.waiting[job.job_id] = quota
+            continue
+        never = _never_fits(state, gang, demand, shape)
+        if never is not None:
+            state.waiting[job.job_id] = f"can never run on this cluster: {never}"
+            continue
+        suffix = f"; behind {_count(better_ahead, 'job')} {phrase}" if better_ahead > 0 else ""
+        state.deferred.append((job.job_id, shape, gang, suffix))
 
 
 def _smallest_demand(pending: Sequence[PendingJob]) -> tuple[int, int, int]:
@@ -227,7 +268,7 @@ def _consider(state: _Round, job: PendingJob, klass: float, head: PendingJob | N
     if head is not None:  # strict FIFO: the first blocked job holds everyone behind it
         state.waiting[job.job_id] = f"behind job {head.job_id}, first in line and waiting for resources"
         return "blocked"
-    shape = _shape(gang)
+    shape = job.shape
     demand = state.demands.get(shape)
     if demand is None:
         demand = state.demands[shape] = request_amounts(gang)
@@ -258,23 +299,22 @@ def _consider(state: _Round, job: PendingJob, klass: float, head: PendingJob | N
         state.waiting[job.job_id] = f"can never run on this cluster: {never}"
         return "quota"
     state.resource_waiters += 1
-    reason = _resource_reason(state, gang)
+    suffix = ""
     if better_ahead > 0 and config.explain:
-        reason += f"; behind {_count(better_ahead, 'job')} {policy.ahead_phrase}"
+        suffix = f"; behind {_count(better_ahead, 'job')} {policy.ahead_phrase}"
     if _wait_for_stopping(state, job, gang, shape) or _try_preemption(state, job, klass, gang, demand, shape):
         return "blocked"
     if policy.backfill and state.reservation is None:
         state.reservation = _reserve(state, job, gang)
         if not math.isinf(state.reservation.shadow):
-            reason += f"; first in line, reserved to start in ~{_duration(state.reservation.shadow - state.now)}"
+            suffix += f"; first in line, reserved to start in ~{_duration(state.reservation.shadow - state.now)}"
         else:
-            reason += "; first in line"
-    state.waiting[job.job_id] = reason
+            suffix += "; first in line"
+    # Worded once the round is over: the reason describes what is left free then.
+    state.waiting[job.job_id] = ""
+    if config.explain:
+        state.deferred.append((job.job_id, shape, gang, suffix))
     return "blocked"
-
-
-def _shape(gang: Sequence[ReplicaRequest]) -> tuple:
-    return tuple((replica.gpu, replica.cores, replica.memory_bytes, replica.gpu_models) for replica in gang)
 
 
 def _wait_for_stopping(state: _Round, job: PendingJob, gang: Sequence[ReplicaRequest], shape: tuple) -> bool:

@@ -9,7 +9,7 @@ preemption later) shares it.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 from .resources import FreeResources, NodeFree
 from .snapshot import Node, ReplicaPlacement, ReplicaRequest
@@ -72,7 +72,12 @@ def place_gang(
             if assignment is not None:
                 break
     if assignment is None:
-        candidates = free.nodes
+        smallest = min(gpus for gpus, _, _ in demands)
+        # Nodes without room for even the smallest replica's GPUs cannot take part.
+        candidates: Sequence[NodeFree] = free.nodes
+        if smallest:
+            candidates = sorted((view for count in free.gpu_counts() if count >= smallest
+                                 for view in free.iter_free_gpus(count)), key=lambda view: view.name)
         assignment = _greedy_spread(candidates, demands, limits)
         if assignment is None and len(set(zip(demands, limits, strict=True))) > 1:
             # Greedy is exact for identical replicas (nodes are independent bins for
@@ -112,7 +117,7 @@ def _accepts(view: NodeFree, models: frozenset[str] | None, gpus: int) -> bool:
 
 # Best fit looks at this many fitting nodes of the tightest GPU bucket: exact on
 # small clusters, bounded on large ones where the bucket's nodes are near-identical.
-_BEST_FIT_WINDOW = 64
+_BEST_FIT_WINDOW = 16
 
 
 def _single_node(
@@ -125,7 +130,7 @@ def _single_node(
         best: NodeFree | None = None
         best_key: tuple[int, int] | None = None
         seen = 0
-        for view in free.with_free_gpus(count):
+        for view in free.iter_free_gpus(count):
             if len(view.cpu_ids) < cores or view.memory_bytes < memory or not _accepts(view, models, gpus):
                 continue
             key = (len(view.cpu_ids) - cores, view.memory_bytes - memory)
@@ -139,22 +144,14 @@ def _single_node(
     return None
 
 
-def _topology_groups(free: FreeResources, total: tuple[int, int, int], key: str) -> list[list[NodeFree]]:
+def _topology_groups(free: FreeResources, total: tuple[int, int, int], key: str) -> Iterator[list[NodeFree]]:
     """Groups of nodes sharing label ``key`` whose free totals could hold the gang, tightest first."""
-    groups: dict[str, list[NodeFree]] = {}
-    for view in free.nodes:
-        value = view.labels.get(key)
-        if value is not None:
-            groups.setdefault(value, []).append(view)
+    groups = free.groups(key)
     if len(groups) < 2:
-        return []
-    fitting = []
-    for value, views in groups.items():
-        room = tuple(sum(column) for column in zip(*(view.counts() for view in views), strict=False))
-        if _fits(total, room):
-            fitting.append((room, value, views))
-    fitting.sort(key=lambda item: (item[0], item[1]))
-    return [views for _, _, views in fitting]
+        return
+    fitting = sorted((tuple(sums), value) for value, (sums, _) in groups.items() if _fits(total, sums))
+    for _, value in fitting:
+        yield [free.node(name) for name in groups[value][1]]
 
 
 def _greedy_spread(

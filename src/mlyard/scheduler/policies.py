@@ -32,6 +32,8 @@ import math
 from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import ClassVar
+from operator import attrgetter
 
 from .config import SchedulerConfig
 from .quotas import QueueBook
@@ -73,8 +75,14 @@ class Policy:
     def running_classes(self, runs: Sequence[RunningJob], now: float, config: SchedulerConfig) -> list[float]:
         return [self.running_class(run, now, config) for run in runs]
 
+    def pending_classes(self, pending: Sequence[PendingJob], now: float, config: SchedulerConfig) -> list[float]:
+        return [self.pending_class(job, now, config) for job in pending]
+
+    # Attributes that order equal jobs (after class and fair share), then the job id.
+    tie_attributes: ClassVar[tuple[str, ...]] = ("waiting_since",)
+
     def tiebreak(self, job: PendingJob, now: float) -> tuple[float, ...]:
-        return (job.waiting_since,)
+        return tuple(getattr(job, name) for name in self.tie_attributes)
 
     def may_preempt(self, mine: float, victim: RunningJob, theirs: float, now: float,
                     config: SchedulerConfig) -> bool:
@@ -87,17 +95,19 @@ class Policy:
     # --------------------------------------------------------------- order
     def order(self, pending: Sequence[PendingJob], book: QueueBook, now: float,
               config: SchedulerConfig) -> list[tuple[PendingJob, float]]:
-        classes = {job.job_id: self.pending_class(job, now, config) for job in pending}
+        classes = self.pending_classes(pending, now, config)
+        tie = attrgetter(*self.tie_attributes, "job_id")
         if not (self.fair_share and config.fair_share):
-            ordered = sorted(pending, key=lambda job: (classes[job.job_id], *self.tiebreak(job, now), job.job_id))
-            return [(job, classes[job.job_id]) for job in ordered]
+            ranked = sorted(zip(classes, map(tie, pending), pending), key=lambda item: (item[0], item[1]))
+            return [(job, klass) for klass, _, job in ranked]
         # Progressive filling: each job's queue share counts the jobs of the same
         # queue and class ahead of it, so queues interleave the way DRF would.
         ahead: dict[tuple[float, str], list[PendingJob]] = {}
-        for job in sorted(pending, key=lambda job: (*self.tiebreak(job, now), job.job_id)):
-            ahead.setdefault((classes[job.job_id], job.queue), []).append(job)
+        for _, klass, job in sorted(zip(map(tie, pending), classes, pending), key=lambda item: item[0]):
+            ahead.setdefault((klass, job.queue), []).append(job)
         capacity = book.capacity
-        scales = [1.0 / total if total > 0 else 0.0 for total in (capacity.gpu, capacity.cpu, capacity.memory)]
+        gpu_scale, cpu_scale, memory_scale = (
+            1.0 / total if total > 0 else 0.0 for total in (capacity.gpu, capacity.cpu, capacity.memory))
         keyed = []
         user_shares: dict[str, float] = {}
         for (klass, queue), jobs in ahead.items():
@@ -105,22 +115,25 @@ class Policy:
             gpu, cpu, memory = used.gpu, used.cpu, used.memory
             weight = book.queue(queue).weight
             for rank, job in enumerate(jobs):
-                share = max(gpu * scales[0], cpu * scales[1], memory * scales[2]) / weight
-                for replica in job.smallest_gang:
-                    gpu += replica.gpu
-                    cpu += replica.cores
-                    memory += replica.memory_bytes
+                share = max(gpu * gpu_scale, cpu * cpu_scale, memory * memory_scale) / weight
+                for replica_gpu, replica_cores, replica_memory, _ in job.shape:
+                    gpu += replica_gpu
+                    cpu += replica_cores
+                    memory += replica_memory
                 user_share = user_shares.get(job.user)
                 if user_share is None:
                     user_share = user_shares[job.user] = book.user_share(job.user)
-                keyed.append(((klass, round(share, 9), user_share, rank, job.job_id), job, klass))
-        keyed.sort(key=lambda item: item[0])
-        return [(job, klass) for _, job, klass in keyed]
+                keyed.append((klass, share, user_share, rank, job.job_id, job))
+        keyed.sort(key=lambda item: item[:5])
+        return [(item[5], item[0]) for item in keyed]
 
 
 class Fifo(Policy):
-    def tiebreak(self, job: PendingJob, now: float) -> tuple[float, ...]:
-        return (job.submitted_at,)
+    tie_attributes = ("submitted_at",)
+
+    def order(self, pending: Sequence[PendingJob], book: QueueBook, now: float,
+              config: SchedulerConfig) -> list[tuple[PendingJob, float]]:
+        return [(job, 0.0) for job in sorted(pending, key=attrgetter("submitted_at", "job_id"))]
 
 
 class Priority(Policy):
@@ -150,6 +163,18 @@ class Las(Policy):
     def running_class(self, job: RunningJob, now: float, config: SchedulerConfig) -> float:
         return float(bisect_right(self.thresholds(config), running_service(job, now)))
 
+    def pending_classes(self, pending: Sequence[PendingJob], now: float, config: SchedulerConfig) -> list[float]:
+        thresholds = self.thresholds(config)
+        factor, minimum = config.starvation_factor, config.starvation_min_wait
+        classes = []
+        for job in pending:
+            ran = job.attained_time
+            if ran > 0 and now - job.waiting_since >= max(minimum, factor * ran):
+                classes.append(0.0)  # starving: back to the top queue
+            else:
+                classes.append(float(bisect_right(thresholds, job.attained_service)))
+        return classes
+
     def running_classes(self, runs: Sequence[RunningJob], now: float, config: SchedulerConfig) -> list[float]:
         thresholds = self.thresholds(config)
         classes = []
@@ -165,11 +190,10 @@ class Las(Policy):
 
 
 class Balanced(Las):
+    tie_attributes = ("attained_service", "waiting_since")
+
     def thresholds(self, config: SchedulerConfig) -> Sequence[float]:
         return _ladder(config.balanced_base, config.balanced_ratio, config.balanced_levels)
-
-    def tiebreak(self, job: PendingJob, now: float) -> tuple[float, ...]:
-        return (job.attained_service, job.waiting_since)
 
     def may_preempt(self, mine: float, victim: RunningJob, theirs: float, now: float,
                     config: SchedulerConfig) -> bool:

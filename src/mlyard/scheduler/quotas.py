@@ -56,6 +56,7 @@ class QueueBook:
 
     def __init__(self, snapshot: ClusterSnapshot) -> None:
         self.queues: dict[str, Queue] = {queue.name: queue for queue in snapshot.queues}
+        self._ceilings: dict[str, Amounts] = {}
         self.usage: dict[str, Amounts] = {}
         self.user_usage: dict[str, Amounts] = {}
         gpus = sum(len(node.gpu_ids) for node in snapshot.nodes)
@@ -99,7 +100,12 @@ class QueueBook:
         if definition.borrow_limit is None:  # no ceiling at all
             return None
         used = self.used(queue)
-        ceiling = definition.ceiling
+        ceiling = self._ceilings.get(queue)
+        if ceiling is None:
+            ceiling = self._ceilings[queue] = definition.ceiling
+        if (used.gpu + demand.gpu <= ceiling.gpu + 1e-9 and used.cpu + demand.cpu <= ceiling.cpu + 1e-9
+                and used.memory + demand.memory <= ceiling.memory + 1e-9):
+            return None
         after = used + demand
         for resource in ("gpu", "cpu", "memory"):
             if getattr(after, resource) > getattr(ceiling, resource) + 1e-9:

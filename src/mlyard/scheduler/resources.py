@@ -65,6 +65,10 @@ class FreeResources:
             cores += len(node.cpu_ids)
             memory += node.memory_bytes
         self._totals = [gpus, cores, memory]
+        self._group_key = ""
+        self._group_of: dict[str, str] = {}
+        self._group_sums: dict[str, list[int]] = {}
+        self._group_members: dict[str, list[str]] = {}
 
     @classmethod
     def from_nodes(cls, nodes: Iterable[Node]) -> FreeResources:
@@ -130,6 +134,33 @@ class FreeResources:
         """How many nodes have exactly ``count`` free GPUs."""
         return len(self._buckets.get(count, ()))
 
+    def iter_free_gpus(self, count: int) -> Iterable[NodeFree]:
+        """Like ``with_free_gpus`` without building a list (do not reserve while iterating)."""
+        nodes = self._nodes
+        for name in self._buckets.get(count, ()):
+            yield nodes[name]
+
+    def groups(self, key: str) -> dict[str, tuple[list[int], list[str]]]:
+        """Nodes grouped by the value of label ``key``: ``value -> (free totals, node names)``.
+
+        Totals are kept up to date as resources are taken and given back, so asking
+        for the tightest rack that holds a gang costs the number of racks, not nodes.
+        """
+        if key != self._group_key:
+            self._group_key = key
+            self._group_of, self._group_sums, self._group_members = {}, {}, {}
+            for node in self._nodes.values():
+                value = node.labels.get(key)
+                if value is None:
+                    continue
+                self._group_of[node.name] = value
+                sums = self._group_sums.setdefault(value, [0, 0, 0])
+                sums[0] += len(node.gpu_ids)
+                sums[1] += len(node.cpu_ids)
+                sums[2] += node.memory_bytes
+                self._group_members.setdefault(value, []).append(node.name)
+        return {value: (self._group_sums[value], members) for value, members in self._group_members.items()}
+
     def gpu_counts(self) -> list[int]:
         """The distinct free-GPU counts nodes have, ascending."""
         return sorted(count for count, names in self._buckets.items() if names)
@@ -144,6 +175,10 @@ class FreeResources:
         }
         clone._buckets = {count: dict(names) for count, names in self._buckets.items()}
         clone._totals = list(self._totals)
+        clone._group_key = self._group_key
+        clone._group_of = self._group_of  # membership never changes: shared
+        clone._group_members = self._group_members
+        clone._group_sums = {value: list(sums) for value, sums in self._group_sums.items()}
         return clone
 
     def reserve(self, placements: Iterable[ReplicaPlacement]) -> None:
@@ -217,6 +252,13 @@ class FreeResources:
         self._totals[0] += gpus_after - gpus_before
         self._totals[1] += len(node.cpu_ids) - cores_before
         self._totals[2] += memory_delta
+        if self._group_of:
+            value = self._group_of.get(node.name)
+            if value is not None:
+                sums = self._group_sums[value]
+                sums[0] += gpus_after - gpus_before
+                sums[1] += len(node.cpu_ids) - cores_before
+                sums[2] += memory_delta
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, FreeResources):

@@ -110,13 +110,16 @@ class ReplicaRequest:
     """GPU models this replica accepts; empty: any. Only constrains replicas with ``gpu > 0``."""
     cores: int = field(init=False, repr=False, compare=False, hash=False)
     """Number of dedicated cores this replica is pinned to (``whole_cores(cpu)``)."""
+    shape: tuple[int, int, int, tuple[str, ...]] = field(init=False, repr=False, compare=False, hash=False)
+    """``(gpu, cores, memory_bytes, gpu_models)``: replicas of equal shape are interchangeable."""
 
     def __post_init__(self) -> None:
         if self.cpu < 0 or self.memory_bytes < 0 or self.gpu < 0:
             raise ValueError(f"replica {self.name}: resource requests must be >= 0")
         _freeze_tuple(self, "gpu_models")
-        # Computed once: placement asks for it many times per round.
+        # Computed once: placement asks for them many times per round.
         object.__setattr__(self, "cores", whole_cores(self.cpu))
+        object.__setattr__(self, "shape", (self.gpu, self.cores, self.memory_bytes, self.gpu_models))
 
     @property
     def name(self) -> str:
@@ -150,15 +153,18 @@ class PendingJob:
     max_runtime: float | None = None
     expected_duration: float | None = None
     min_replicas: int | None = None
+    shape: tuple[tuple[int, int, int, tuple[str, ...]], ...] = field(
+        init=False, repr=False, compare=False, hash=False)
+    """Shapes of the replicas of ``smallest_gang``: equal shapes place alike."""
+    waiting_since: float = field(init=False, repr=False, compare=False, hash=False)
+    """When the job last became pending: ``queued_since``, or ``submitted_at`` if never run."""
 
     def __post_init__(self) -> None:
         _freeze_tuple(self, "replicas")
         if self.min_replicas is not None and not 1 <= self.min_replicas <= len(self.replicas):
             raise ValueError(f"job {self.job_id}: min_replicas must be between 1 and {len(self.replicas)}")
-
-    @property
-    def waiting_since(self) -> float:
-        return self.submitted_at if self.queued_since is None else self.queued_since
+        object.__setattr__(self, "shape", tuple(replica.shape for replica in self.smallest_gang))
+        object.__setattr__(self, "waiting_since", self.submitted_at if self.queued_since is None else self.queued_since)
 
     @property
     def smallest_gang(self) -> tuple[ReplicaRequest, ...]:
