@@ -32,8 +32,8 @@ import math
 from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import ClassVar
 from operator import attrgetter
+from typing import ClassVar
 
 from .config import SchedulerConfig
 from .quotas import QueueBook
