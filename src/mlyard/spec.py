@@ -82,6 +82,10 @@ class Resources(_Strict):
     cpu: float = Field(default=1.0, gt=0, le=4096)
     memory: int = Field(default=1024**3, description="bytes; accepts quantities such as 2Gi")
     gpu: int = Field(default=0, ge=0, le=64)
+    gpu_models: list[Annotated[str, Field(min_length=1, max_length=128)]] = Field(
+        default_factory=list, max_length=16,
+        description="GPU models the replica accepts, as the node reports them (e.g. NVIDIA H200); empty: any",
+    )
 
     @field_validator("memory", mode="before")
     @classmethod

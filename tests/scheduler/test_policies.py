@@ -299,3 +299,20 @@ def test_explain_off_gives_no_reasons():
     nodes = [gpu_node("a", 1)]
     decisions = run("balanced", nodes, [running(1, "a", [0])], [pending(2, 1, per_replica=1)], explain=False)
     assert decisions.waiting == {}
+
+
+def test_gpu_model_nobody_has_makes_a_job_unschedulable_with_that_reason():
+    from mlyard.scheduler import unschedulable_reason
+
+    nodes = [gpu_node("old", model="V100")]
+    reason = unschedulable_reason(nodes, gang(4, per_replica=4, models=("A100",)))
+    assert reason == "replica worker-0 asks for GPUs of model A100 but no node has them"
+
+
+def test_spec_gpu_models_reach_the_scheduler():
+    from mlyard.server.cluster import replica_requests
+    from mlyard.spec import JobSpec
+
+    spec = JobSpec.model_validate({"name": "a", "command": "true",
+                                   "roles": [{"replicas": 2, "resources": {"gpu": 1, "gpu_models": ["A100"]}}]})
+    assert [request.gpu_models for request in replica_requests(spec)] == [("A100",), ("A100",)]

@@ -29,6 +29,7 @@ DEFAULT_QUEUE = "default"
 def _request(role: Role, index: int) -> ReplicaRequest:
     return ReplicaRequest(
         role=role.name, index=index, cpu=role.resources.cpu, memory_bytes=role.resources.memory, gpu=role.resources.gpu,
+        gpu_models=tuple(role.resources.gpu_models),
     )
 
 
