@@ -32,6 +32,8 @@ test-fast: $(VENV)/.installed
 
 bench: $(VENV)/.installed
 	$(BIN)/python bench/launch.py
+	$(BIN)/python bench/sched_cycle.py
+	$(BIN)/python bench/sched_replay.py
 
 clean:
 	rm -rf $(VENV) $(TF_VENV) build src/*.egg-info
