@@ -117,6 +117,22 @@ class _Round:
     future_generation: int = 0
     victim_pool: list[tuple[tuple[float, ...], float, RunningJob]] | None = None
 
+    quota_answers: dict[tuple, tuple[int, str | None]] = field(default_factory=dict)
+    # Jobs not yet considered, per gang shape, and how many of those shapes might still fit.
+    remaining: dict[tuple, int] = field(default_factory=dict)
+    open_shapes: int = 0
+
+    def passed(self, shape: tuple) -> None:
+        self.remaining[shape] -= 1
+        if self.remaining[shape] == 0 and shape not in self.failed_now:
+            self.open_shapes -= 1
+
+    def mark_failed(self, shape: tuple) -> None:
+        if shape not in self.failed_now:
+            self.failed_now.add(shape)
+            if self.remaining.get(shape, 0) > 0:
+                self.open_shapes -= 1
+
     # ----------------------------------------------------------------- views
     def future_view(self) -> FreeResources:
         if self.future is None:
@@ -169,10 +185,12 @@ def decide_round(snapshot: ClusterSnapshot, now: float) -> Decisions:
     waiting_ahead = 0
     class_of_run = math.nan
     waiting_in_class = 0
-    floor = _smallest_demand(snapshot.pending)
+    for job in snapshot.pending:
+        state.remaining[job.shape] = state.remaining.get(job.shape, 0) + 1
+    state.open_shapes = len(state.remaining)
     reclaim_possible = any(queue.quota is not None for queue in snapshot.queues)
     for position, (job, klass) in enumerate(ordered):
-        if position % 16 == 0 and _exhausted(state, floor, reclaim_possible, klass):
+        if position % 16 == 0 and _exhausted(state, reclaim_possible, klass):
             # Nothing pending fits any more and no preemption is left to try: the rest
             # waits. They only need their reasons, which are cheap to give in bulk.
             _explain_rest(state, ordered[position:], head, waiting_ahead, class_of_run, waiting_in_class)
@@ -180,6 +198,7 @@ def decide_round(snapshot: ClusterSnapshot, now: float) -> Decisions:
         if klass != class_of_run:
             class_of_run, waiting_in_class = klass, 0
         outcome = _consider(state, job, klass, head, waiting_ahead - waiting_in_class)
+        state.passed(job.shape)
         if outcome != "started":
             waiting_ahead += 1
             waiting_in_class += 1
@@ -234,21 +253,10 @@ def _explain_rest(state: _Round, rest: Sequence[tuple[PendingJob, float]], head:
         state.deferred.append((job.job_id, shape, gang, suffix))
 
 
-def _smallest_demand(pending: Sequence[PendingJob]) -> tuple[int, int, int]:
-    gpus = cores = memory = math.inf
-    for job in pending:
-        job_gpus = job_cores = job_memory = 0
-        for replica in job.smallest_gang:
-            job_gpus += replica.gpu
-            job_cores += replica.cores
-            job_memory += replica.memory_bytes
-        gpus, cores, memory = min(gpus, job_gpus), min(cores, job_cores), min(memory, job_memory)
-    return gpus, cores, memory  # type: ignore[return-value]
-
-
-def _exhausted(state: _Round, floor: tuple[int, int, int], reclaim_possible: bool, klass: float) -> bool:
-    gpus, cores, memory = state.free.totals()
-    if gpus >= floor[0] and cores >= floor[1] and memory >= floor[2]:
+def _exhausted(state: _Round, reclaim_possible: bool, klass: float) -> bool:
+    # Free resources only shrink during a round: once every gang shape still to come
+    # has failed to fit, none of those jobs can start any more.
+    if state.open_shapes > 0:
         return False
     if state.attempts_left <= 0 or state.plans_left <= 0:
         return True
@@ -259,6 +267,17 @@ def _exhausted(state: _Round, floor: tuple[int, int, int], reclaim_possible: boo
     # Classes only grow along the order: once this job outranks no running job, nobody after it does.
     pool = _victim_pool(state)
     return not pool or klass >= state.top_victim_class
+
+
+def _quickly_blocked(state: _Round, job: PendingJob, klass: float, shape: tuple) -> bool:
+    """True when an earlier job of the same shape settled everything this one could try:
+    it cannot fit now, cannot wait for stopping jobs, and has no preemption left to try."""
+    if state.never.get(shape) is not None or (state.policy.backfill and state.reservation is None):
+        return False
+    if shape not in state.failed_later and (state.taken or state.stopping_ids is None or state.stopping_ids):
+        return False
+    return (state.plans_left <= 0 or state.attempts_left <= 0
+            or (shape, klass, job.queue) in state.failed_plans)
 
 
 def _consider(state: _Round, job: PendingJob, klass: float, head: PendingJob | None, better_ahead: int) -> str:
@@ -272,15 +291,29 @@ def _consider(state: _Round, job: PendingJob, klass: float, head: PendingJob | N
     demand = state.demands.get(shape)
     if demand is None:
         demand = state.demands[shape] = request_amounts(gang)
-    quota = state.book.over_quota(job.queue, demand)
+    # The quota answer for a queue and a shape holds until the book changes.
+    quota_key = (job.queue, shape)
+    known = state.quota_answers.get(quota_key)
+    if known is not None and known[0] == state.book.version:
+        quota = known[1]
+    else:
+        quota = state.book.over_quota(job.queue, demand)
+        state.quota_answers[quota_key] = (state.book.version, quota)
     if quota is not None:
         state.waiting[job.job_id] = quota
         return "quota"
+    if shape in state.failed_now and _quickly_blocked(state, job, klass, shape):
+        state.resource_waiters += 1
+        state.waiting[job.job_id] = ""
+        if config.explain:
+            suffix = f"; behind {_count(better_ahead, 'job')} {policy.ahead_phrase}" if better_ahead > 0 else ""
+            state.deferred.append((job.job_id, shape, gang, suffix))
+        return "blocked"
     placements = None
     if shape not in state.failed_now:
         placements = place_gang(state.free, gang, topology_key=config.topology_key)
         if placements is None:
-            state.failed_now.add(shape)
+            state.mark_failed(shape)
     if placements is not None and state.reservation is not None:
         placements = _backfill_placement(state, job, gang)
         if placements is None:
@@ -610,6 +643,10 @@ def _resource_reason(state: _Round, gang: Sequence[ReplicaRequest]) -> str:
         return f"needs {_count(int(demand.cpu), 'CPU')}, {cores} free"
     if demand.memory > memory:
         return f"needs {demand.memory / _GIB:.1f} GiB of memory, {memory / _GIB:.1f} GiB free"
+    if len(gang) == 1:
+        (replica,) = gang
+        return (f"no node with {_count(replica.gpu, f'free{model_text} GPU')}, {_count(replica.cores, 'free CPU')} "
+                f"and {replica.memory_bytes / _GIB:.1f} GiB of free memory at once")
     if models:
         return f"not enough free{model_text} GPUs"
     return f"its {_count(len(gang), 'replica')} do not fit on the free parts of the nodes together"

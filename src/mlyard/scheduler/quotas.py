@@ -57,6 +57,8 @@ class QueueBook:
     def __init__(self, snapshot: ClusterSnapshot) -> None:
         self.queues: dict[str, Queue] = {queue.name: queue for queue in snapshot.queues}
         self._ceilings: dict[str, Amounts] = {}
+        self.version = 0
+        """Bumped on every change, so callers can cache answers between changes."""
         self.usage: dict[str, Amounts] = {}
         self.user_usage: dict[str, Amounts] = {}
         gpus = sum(len(node.gpu_ids) for node in snapshot.nodes)
@@ -85,6 +87,7 @@ class QueueBook:
         return queue
 
     def add(self, queue: str, user: str, amounts: Amounts) -> None:
+        self.version += 1
         self.usage[queue] = self.usage.get(queue, Amounts()) + amounts
         self.user_usage[user] = self.user_usage.get(user, Amounts()) + amounts
 
