@@ -8,8 +8,9 @@ import sys
 import typer
 from rich.markup import escape
 
-from mlyard.cli import jobs, nodes, server
+from mlyard.cli import jobs, nodes, queues, server
 from mlyard.cli.output import errors
+from mlyard.cli.sim import sim
 from mlyard.cli.submission import UsageError
 from mlyard.client import ClientError
 from mlyard.errors import MlyardError
@@ -25,6 +26,8 @@ app = typer.Typer(
 app.add_typer(server.server_app, name="server")
 jobs.register(app)
 app.command()(nodes.nodes)
+app.add_typer(queues.queues_app, name="queues")
+app.command()(sim)
 
 
 def main() -> None:

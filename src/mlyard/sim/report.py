@@ -1,0 +1,96 @@
+"""Showing replay results: a Rich table with one column per policy, and a JSON document.
+
+Policies sit side by side because the point of a replay is the comparison; when
+``fifo`` is among them, each policy's average JCT is also given as a ratio to
+FIFO's, the baseline every other policy is meant to beat.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from rich.table import Table
+
+from .metrics import Metrics
+
+
+def duration(seconds: float) -> str:
+    if math.isnan(seconds):
+        return "-"
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 90 * 60:
+        return f"{seconds / 60:.1f} min"
+    if seconds < 72 * 3600:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86400:.1f} d"
+
+
+def _number(digits: int) -> Callable[[float], str]:
+    return lambda value: "-" if isinstance(value, float) and math.isnan(value) else f"{value:,.{digits}f}"
+
+
+def _percent(value: float) -> str:
+    return "-" if math.isnan(value) else f"{value:.1%}"
+
+
+ROWS: tuple[tuple[str, str, Callable[[float], str]], ...] = (
+    ("jobs", "jobs replayed", _number(0)),
+    ("rejected", "rejected (never fit)", _number(0)),
+    ("avg_jct", "avg JCT", duration),
+    ("p50_jct", "p50 JCT", duration),
+    ("p99_jct", "p99 JCT", duration),
+    ("avg_queueing", "avg queueing delay", duration),
+    ("p99_queueing", "p99 queueing delay", duration),
+    ("makespan", "makespan", duration),
+    ("utilization", "GPU utilization (p10–p90 arrivals)", _percent),
+    ("p99_bounded_slowdown", "p99 bounded slowdown", _number(1)),
+    ("preemptions_per_job", "preemptions per job", _number(3)),
+    ("jain_fairness", "Jain's fairness (tenants)", _number(3)),
+    ("decision_p50_ms", "decide() p50 ms", _number(2)),
+    ("decision_p99_ms", "decide() p99 ms", _number(2)),
+    ("decide_calls", "decide() calls", _number(0)),
+    ("decide_seconds", "time in decide() s", _number(1)),
+    ("wall_seconds", "replay wall time s", _number(1)),
+)
+
+
+def fifo_ratio(results: Sequence[Metrics]) -> dict[str, float]:
+    """Each policy's avg JCT divided by FIFO's; empty when FIFO was not replayed."""
+    baseline = next((result.avg_jct for result in results if result.policy == "fifo"), None)
+    if not baseline:
+        return {}
+    return {result.policy: result.avg_jct / baseline for result in results}
+
+
+def table(results: Sequence[Metrics], title: str) -> Table:
+    table = Table(title=title, header_style="bold")
+    table.add_column("metric")
+    for result in results:
+        table.add_column(result.policy, justify="right")
+    for field, label, show in ROWS:
+        table.add_row(label, *(show(getattr(result, field)) for result in results))
+    ratios = fifo_ratio(results)
+    if ratios and len(results) > 1:
+        table.add_row("avg JCT / fifo", *(f"{ratios[result.policy]:.3f}" for result in results))
+    return table
+
+
+def document(results: Sequence[Metrics], **context: object) -> dict[str, object]:
+    ratios = fifo_ratio(results)
+    return {
+        **context,
+        "results": [
+            {**result.as_dict(), **({"avg_jct_vs_fifo": ratios[result.policy]} if ratios else {})}
+            for result in results
+        ],
+    }
+
+
+def write_json(path: Path, results: Sequence[Metrics], **context: object) -> None:
+    """Write the results (and ``context``: trace, cluster, options) as one JSON document."""
+    text = json.dumps(document(results, **context), indent=2, default=str) + "\n"
+    path.write_text(text)
