@@ -39,8 +39,8 @@ class SchedulerConfig:
     starvation_factor: float = 4.0
     starvation_min_wait: float = 3_600.0
     balanced_base: float = 600.0
-    balanced_ratio: float = 4.0
-    balanced_levels: int = 8
+    balanced_ratio: float = 3.0
+    balanced_levels: int = 10
     min_run_before_preempt: float = 300.0
     topology_key: str = "rack"
     fair_share: bool = True
