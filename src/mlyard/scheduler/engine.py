@@ -190,9 +190,10 @@ def decide_round(snapshot: ClusterSnapshot, now: float) -> Decisions:
     state.open_shapes = len(state.remaining)
     reclaim_possible = any(queue.quota is not None for queue in snapshot.queues)
     for position, (job, klass) in enumerate(ordered):
-        if position % 16 == 0 and _exhausted(state, reclaim_possible, klass):
-            # Nothing pending fits any more and no preemption is left to try: the rest
-            # waits. They only need their reasons, which are cheap to give in bulk.
+        if head is not None or (position % 16 == 0 and _exhausted(state, reclaim_possible, klass)):
+            # Strict FIFO's first job in line is blocked, or nothing pending fits any more
+            # and no preemption is left to try: the rest waits and only needs its reasons,
+            # which are cheap to give in bulk.
             _explain_rest(state, ordered[position:], head, waiting_ahead, class_of_run, waiting_in_class)
             break
         if klass != class_of_run:
