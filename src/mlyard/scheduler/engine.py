@@ -150,7 +150,8 @@ class _Round:
             self.future.take_available(placements)
         if self.reservation is not None:
             self.reservation.extra.take_available(placements)
-        self.book.add(job.queue, job.user, held_amounts(placements))
+        demand = self.demands.get(job.shape) if len(placements) == len(job.shape) else None
+        self.book.add(job.queue, job.user, demand if demand is not None else held_amounts(placements))
         self.starts.append(StartJob(job.job_id, placements, reason))
         self.version += 1
 

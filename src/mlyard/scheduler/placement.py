@@ -117,7 +117,7 @@ def _accepts(view: NodeFree, models: frozenset[str] | None, gpus: int) -> bool:
 
 # Best fit looks at this many fitting nodes of the tightest GPU bucket: exact on
 # small clusters, bounded on large ones where the bucket's nodes are near-identical.
-_BEST_FIT_WINDOW = 16
+_BEST_FIT_WINDOW = 4
 
 
 def _single_node(

@@ -98,19 +98,25 @@ class Policy:
         classes = self.pending_classes(pending, now, config)
         tie = attrgetter(*self.tie_attributes, "job_id")
         if not (self.fair_share and config.fair_share):
-            ranked = sorted(zip(classes, map(tie, pending), pending), key=lambda item: (item[0], item[1]))
+            # The tie key ends with the unique job id, so comparison never reaches the job.
+            ranked = sorted(zip(classes, map(tie, pending), pending))
             return [(job, klass) for klass, _, job in ranked]
         # Progressive filling: each job's queue share counts the jobs of the same
         # queue and class ahead of it, so queues interleave the way DRF would.
         ahead: dict[tuple[float, str], list[PendingJob]] = {}
-        for _, klass, job in sorted(zip(map(tie, pending), classes, pending), key=lambda item: item[0]):
-            ahead.setdefault((klass, job.queue), []).append(job)
+        for klass, job in zip(classes, pending):
+            group = ahead.get((klass, job.queue))
+            if group is None:
+                ahead[(klass, job.queue)] = [job]
+            else:
+                group.append(job)
         capacity = book.capacity
         gpu_scale, cpu_scale, memory_scale = (
             1.0 / total if total > 0 else 0.0 for total in (capacity.gpu, capacity.cpu, capacity.memory))
-        keyed = []
+        keyed: list[tuple[float, float, float, int, int, PendingJob]] = []
         user_shares: dict[str, float] = {}
         for (klass, queue), jobs in ahead.items():
+            jobs.sort(key=tie)
             used = book.used(queue)
             gpu, cpu, memory = used.gpu, used.cpu, used.memory
             weight = book.queue(queue).weight
@@ -124,7 +130,7 @@ class Policy:
                 if user_share is None:
                     user_share = user_shares[job.user] = book.user_share(job.user)
                 keyed.append((klass, share, user_share, rank, job.job_id, job))
-        keyed.sort(key=lambda item: item[:5])
+        keyed.sort()  # job ids are unique, so comparison never reaches the job itself
         return [(item[5], item[0]) for item in keyed]
 
 
