@@ -317,7 +317,7 @@ def unschedulable_reason(nodes: Sequence[Node], replicas: Sequence[ReplicaReques
         if replica.cores > largest_cores:
             return f"{prefix} {_cpus(replica)} but the largest node has {largest_cores}"
         if replica.gpu > largest_gpus:
-            return f"{prefix} {_count(replica.gpu, 'GPU')} but the largest node has {largest_gpus}"
+            return f"{prefix} {count_of(replica.gpu, 'GPU')} but the largest node has {largest_gpus}"
         if replica.memory_bytes > largest_memory:
             wanted, largest = _memory_pair(replica.memory_bytes, largest_memory)
             return f"{prefix} {wanted} of memory but the largest node has {largest}"
@@ -325,7 +325,7 @@ def unschedulable_reason(nodes: Sequence[Node], replicas: Sequence[ReplicaReques
             return f"{prefix} GPUs of model {' or '.join(replica.gpu_models)} but no node has them"
         if not any(_fits(_demand(replica), _node_counts(node)) and _accepts_node(node, replica) for node in nodes):
             return (
-                f"{prefix} {_cpus(replica)}, {_count(replica.gpu, 'GPU')} and "
+                f"{prefix} {_cpus(replica)}, {count_of(replica.gpu, 'GPU')} and "
                 f"{_gib(replica.memory_bytes)} of memory but no single node has all of that"
             )
     total_cores = sum(replica.cores for replica in replicas)
@@ -335,15 +335,15 @@ def unschedulable_reason(nodes: Sequence[Node], replicas: Sequence[ReplicaReques
     cluster_gpus = sum(len(node.gpu_ids) for node in nodes)
     cluster_memory = sum(node.memory_bytes for node in nodes)
     if total_cores > cluster_cores:
-        return f"the job needs {_count(total_cores, 'CPU')} in all but the cluster has {cluster_cores}"
+        return f"the job needs {count_of(total_cores, 'CPU')} in all but the cluster has {cluster_cores}"
     if total_gpus > cluster_gpus:
-        return f"the job needs {_count(total_gpus, 'GPU')} in all but the cluster has {cluster_gpus}"
+        return f"the job needs {count_of(total_gpus, 'GPU')} in all but the cluster has {cluster_gpus}"
     if total_memory > cluster_memory:
         wanted, available = _memory_pair(total_memory, cluster_memory)
         return f"the job needs {wanted} of memory in all but the cluster has {available}"
     if place_gang(FreeResources.from_nodes(nodes), replicas) is None:
         return (
-            f"the job's {_count(len(replicas), 'replica')} fit the cluster's totals "
+            f"the job's {count_of(len(replicas), 'replica')} fit the cluster's totals "
             "but cannot be packed onto its nodes together"
         )
     return None
@@ -357,14 +357,14 @@ def _node_counts(node: Node) -> tuple[int, int, int]:
     return len(node.gpu_ids), len(node.cpu_ids), node.memory_bytes
 
 
-def _count(number: int, noun: str) -> str:
+def count_of(number: int, noun: str) -> str:
     return f"{number} {noun}" if number == 1 else f"{number} {noun}s"
 
 
 def _cpus(replica: ReplicaRequest) -> str:
     if replica.cpu == replica.cores:
-        return _count(replica.cores, "CPU")
-    return f"{replica.cpu:g} CPUs ({_count(replica.cores, 'whole core')})"
+        return count_of(replica.cores, "CPU")
+    return f"{replica.cpu:g} CPUs ({count_of(replica.cores, 'whole core')})"
 
 
 def _gib(size_bytes: int) -> str:

@@ -1,0 +1,151 @@
+"""Finding victims for a blocked job: shrink elastic jobs, preempt lower-ranked ones,
+reclaim a queue's quota from borrowers — and never more than the job needs."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from .placement import place_gang
+from .quotas import held_amounts, reclaim_victim_order
+from .reasons import count_of, job_list
+from .snapshot import PendingJob, Preempt, ReplicaRequest, Resize, RunningJob
+from .state import RoundState, Victim
+
+
+def find_victims(state: RoundState, job: PendingJob, klass: float, demand) -> list[Victim]:
+    """Candidates in the order they are taken: shrinking elastic jobs first, then
+    whole jobs the policy ranks below this one, then quota borrowers to reclaim from."""
+    policy, now, config = state.policy, state.now, state.config
+    by_policy: list[tuple[tuple[float, ...], RunningJob]] = []
+    if policy.preemptive:
+        victim_pool(state)
+        memo = state.eligible.get(klass)
+        if memo is None or memo[0] != len(state.taken):
+            memo = (len(state.taken), [(key, run) for key, theirs, run in state.victim_pool
+                                       if run.job_id not in state.taken
+                                       and policy.may_preempt(klass, run, theirs, now, config)])
+            state.eligible[klass] = memo
+        by_policy = memo[1]
+    whole = [run for _, run in by_policy]
+    victims: list[Victim] = [
+        Victim(run, run.placements[run.min_replicas :], run.placements[: run.min_replicas], "policy")
+        for run in whole if run.min_replicas is not None and len(run.placements) > run.min_replicas
+    ]
+    victims += [Victim(run, run.placements, None, "policy") for run in whole]
+    if state.book.within_nominal(job.queue, demand):
+        seen = {run.job_id for run in whole}
+        borrowers = [run for run in reclaim_victim_order(state.book, state.snapshot.running)
+                     if run.job_id not in seen and run.job_id not in state.taken and run.queue != job.queue]
+        shrinkable = [Victim(run, run.placements[run.min_replicas :], run.placements[: run.min_replicas], "reclaim")
+                      for run in borrowers if run.min_replicas is not None and len(run.placements) > run.min_replicas]
+        victims = shrinkable + victims + [Victim(run, run.placements, None, "reclaim") for run in borrowers]
+    return victims
+
+
+def victim_pool(state: RoundState) -> list[tuple[tuple[float, ...], float, RunningJob]]:
+    """Running jobs that are not stopping, with their class, least important first."""
+    if state.victim_pool is None:
+        policy = state.policy
+        runs = [run for run in state.snapshot.running if not run.stopping]
+        classes = policy.running_classes(runs, state.now, state.config)
+        pool = [(policy.victim_key(run, theirs), theirs, run) for run, theirs in zip(runs, classes, strict=True)]
+        pool.sort(key=lambda item: item[0])
+        state.victim_pool = pool
+        state.top_victim_class = max((theirs for _, theirs, _ in pool), default=-math.inf)
+    return state.victim_pool
+
+
+def try_preemption(state: RoundState, job: PendingJob, klass: float, gang: Sequence[ReplicaRequest], demand,
+                    shape: tuple) -> bool:
+    memo = (shape, klass, job.queue)
+    if state.plans_left <= 0 or state.attempts_left <= 0 or memo in state.failed_plans:
+        return False
+    state.attempts_left -= 1
+    reclaim = job.queue if state.book.within_nominal(job.queue, demand) else None
+    cache_key = (klass, reclaim, len(state.taken), state.future_generation)
+    cached = state.victim_cache.get(cache_key)
+    if cached is None:
+        victims = find_victims(state, job, klass, demand)
+        have = list(state.future_view().totals())
+        for victim in victims:
+            if victim.keep is None:
+                held = held_amounts(victim.release)
+                have = [have[0] + int(held.gpu), have[1] + int(held.cpu), have[2] + int(held.memory)]
+        cached = state.victim_cache[cache_key] = (victims, have)
+    victims, have = cached
+    if not victims:
+        state.failed_plans.add(memo)
+        return False
+    future = state.future_view()
+    need = (int(demand.gpu), int(demand.cpu), int(demand.memory))
+    if not all(n <= h for n, h in zip(need, have, strict=True)):
+        state.failed_plans.add(memo)
+        return False
+    state.plans_left -= 1
+    widest = max(replica.gpu for replica in gang)
+    trial = future.copy()
+    chosen: list[Victim] = []
+    placements = None
+    reclaimed: dict[str, object] = {}
+    book = state.book
+    for victim in victims:
+        run = victim.job
+        if victim.keep is None and any(c.job is run and c.keep is None for c in chosen):
+            continue
+        if victim.why == "reclaim" and victim.keep is None:
+            # A reclaim may only take from a queue while it is still over its quota.
+            used = reclaimed.get(run.queue, book.used(run.queue))
+            if used.fits_in(book.queue(run.queue).nominal):  # type: ignore[union-attr]
+                continue
+            reclaimed[run.queue] = used - held_amounts(run.placements)  # type: ignore[operator]
+        release = victim.release
+        if victim.keep is None:
+            shrunk = next((c for c in chosen if c.job is run), None)
+            if shrunk is not None:  # shrinking was not enough: it goes whole after all
+                chosen.remove(shrunk)
+                release = run.placements[: run.min_replicas or 0]
+        trial.release(release)
+        chosen.append(victim)
+        if all(n <= h for n, h in zip(need, trial.totals(), strict=True)) and trial.max_gpus() >= widest:
+            placements = place_gang(trial, gang, topology_key=state.config.topology_key)
+            if placements is not None:
+                break
+    if placements is None:
+        state.failed_plans.add(memo)
+        return False
+    # Reprieve: give back victims (most important first) the job can do without.
+    if 1 < len(chosen) <= 16:
+        for victim in list(reversed(chosen[:-1])):
+            trial.take_available(victim.release)
+            again = place_gang(trial, gang, topology_key=state.config.topology_key)
+            if again is None:
+                trial.release(victim.release)
+            else:
+                chosen.remove(victim)
+                placements = again
+    trial.reserve(placements)
+    state.future = trial
+    state.future_generation += 1
+    state.failed_later.clear()  # the victims' resources are in the future view now
+    state.free.take_available(placements)
+    if state.reservation is not None:
+        state.reservation.extra.take_available(placements)
+    state.version += 1
+    # Victims stay in the quota book: they hold their resources until they have stopped.
+    for victim in chosen:
+        run = victim.job
+        state.taken.add(run.job_id)
+        why = (f"queue {job.queue} reclaims its quota" if victim.why == "reclaim"
+               else f"the {state.policy.name} policy ranks job {job.job_id} higher")
+        if victim.keep is None:
+            state.preemptions[run.job_id] = Preempt(run.job_id, f"preempted for job {job.job_id}: {why}", job.job_id)
+        else:
+            state.resizes[run.job_id] = Resize(
+                run.job_id, victim.keep, f"shrunk to {count_of(len(victim.keep), 'replica')} for job {job.job_id}: {why}",
+            )
+    state.book.add(job.queue, job.user, held_amounts(placements))
+    state.waiting[job.job_id] = (
+        f"waiting for {job_list(sorted(v.job.job_id for v in chosen))} to stop (preempted or shrunk for it)"
+    )
+    return True

@@ -1,0 +1,96 @@
+"""Wait reasons in words: why a pending job does not start.
+
+Worded once per round and gang shape, after every start of the round, so a reason
+describes what is left free when the round is over.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from .placement import count_of, unschedulable_reason
+from .quotas import request_amounts
+from .snapshot import ReplicaRequest
+
+if TYPE_CHECKING:
+    from .state import RoundState
+
+_GIB = 1 << 30
+
+
+def job_list(ids: Sequence[int]) -> str:
+    if len(ids) == 1:
+        return f"job {ids[0]}"
+    shown = ", ".join(str(job_id) for job_id in ids[:5])
+    return f"jobs {shown}" + (f" and {len(ids) - 5} more" if len(ids) > 5 else "")
+
+
+def duration_text(seconds: float) -> str:
+    if seconds < 90:
+        return f"{max(0, round(seconds))}s"
+    if seconds < 90 * 60:
+        return f"{round(seconds / 60)}m"
+    if seconds < 48 * 3600:
+        return f"{seconds / 3600:.1f}h"
+    return f"{seconds / 86400:.1f}d"
+
+
+def never_fits(state: RoundState, gang: Sequence[ReplicaRequest], demand, shape: tuple) -> str | None:
+    """Why the gang cannot run even on the empty cluster (e.g. a node left), or None.
+
+    Cheap checks on the cluster's largest node and totals first; the full packing
+    check runs only for the few jobs that pass them yet do not fit right now.
+    """
+    if state._capacity is None:
+        nodes = state.snapshot.nodes
+        state._capacity = (
+            max((len(node.gpu_ids) for node in nodes), default=0),
+            max((len(node.cpu_ids) for node in nodes), default=0),
+            max((node.memory_bytes for node in nodes), default=0),
+        )
+    if shape in state.never:
+        return state.never[shape]
+    most_gpus, most_cores, most_memory = state._capacity
+    capacity = state.book.capacity
+    cheap_ok = (
+        all(r.gpu <= most_gpus and r.cores <= most_cores and r.memory_bytes <= most_memory for r in gang)
+        and demand.fits_in(capacity)
+    )
+    reason = None if cheap_ok and not state.policy.strict else unschedulable_reason(state.snapshot.nodes, gang)
+    state.never[shape] = reason
+    return reason
+
+
+def resource_reason(state: RoundState, gang: Sequence[ReplicaRequest]) -> str:
+    if not state.config.explain:
+        return ""
+    most_gpus, most_cores, most_memory, _ = state.largest_free()
+    biggest_gpu = max(replica.gpu for replica in gang)
+    biggest_cores = max(replica.cores for replica in gang)
+    biggest_memory = max(replica.memory_bytes for replica in gang)
+    models = sorted({model for replica in gang if replica.gpu for model in replica.gpu_models})
+    model_text = f" {' or '.join(models)}" if models else ""
+    if models:
+        most_gpus = max((len(node.gpu_ids) for node in state.free.nodes if node.gpu_model in models), default=0)
+    if biggest_gpu > most_gpus:
+        return f"no node with {biggest_gpu} free{model_text} {'GPU' if biggest_gpu == 1 else 'GPUs'}"
+    if biggest_cores > most_cores:
+        return f"no node with {count_of(biggest_cores, 'free CPU')}"
+    if biggest_memory > most_memory:
+        return f"no node with {biggest_memory / _GIB:.1f} GiB of free memory"
+    demand = request_amounts(gang)
+    gpus, cores, memory = state.free.totals()
+    if demand.gpu > gpus:
+        return f"needs {count_of(int(demand.gpu), 'GPU')}, {gpus} free"
+    if demand.cpu > cores:
+        return f"needs {count_of(int(demand.cpu), 'CPU')}, {cores} free"
+    if demand.memory > memory:
+        return f"needs {demand.memory / _GIB:.1f} GiB of memory, {memory / _GIB:.1f} GiB free"
+    if len(gang) == 1:
+        (replica,) = gang
+        return (f"no node with {count_of(replica.gpu, f'free{model_text} GPU')}, {count_of(replica.cores, 'free CPU')} "
+                f"and {replica.memory_bytes / _GIB:.1f} GiB of free memory at once")
+    if models:
+        return f"not enough free{model_text} GPUs"
+    return f"its {count_of(len(gang), 'replica')} do not fit on the free parts of the nodes together"
