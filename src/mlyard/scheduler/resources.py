@@ -53,6 +53,7 @@ class FreeResources:
             if node.name in self._nodes:
                 raise ValueError(f"duplicate node name {node.name!r}")
             self._nodes[node.name] = node
+        self._owned: set[str] = set(self._nodes)  # records no other view shares
         self._reindex()
 
     def _reindex(self) -> None:
@@ -166,13 +167,16 @@ class FreeResources:
         return sorted(count for count, names in self._buckets.items() if names)
 
     def copy(self) -> FreeResources:
-        """Return an independent copy."""
+        """Return an independent copy.
+
+        Copy-on-write: both views share the per-node records until one of them changes
+        a node, which then gets a record of its own. Preemption planning copies a
+        thousand-node view and touches a handful of nodes.
+        """
         clone = FreeResources.__new__(FreeResources)
-        clone._nodes = {
-            name: NodeFree(node.name, list(node.cpu_ids), list(node.gpu_ids), node.memory_bytes,
-                           node.gpu_model, node.labels)
-            for name, node in self._nodes.items()
-        }
+        clone._nodes = dict(self._nodes)
+        clone._owned = set()
+        self._owned = set()
         clone._buckets = {count: dict(names) for count, names in self._buckets.items()}
         clone._totals = list(self._totals)
         clone._group_key = self._group_key
@@ -215,7 +219,7 @@ class FreeResources:
         job will only get once others stop (part of it may be held right now).
         """
         for placement in placements:
-            node = self._nodes.get(placement.node)
+            node = self._writable(placement.node)
             if node is None:
                 continue
             before = len(node.gpu_ids)
@@ -231,7 +235,7 @@ class FreeResources:
     def release(self, placements: Iterable[ReplicaPlacement]) -> None:
         """Give the placements' resources back (ids that are already free are ignored)."""
         for placement in placements:
-            node = self._nodes.get(placement.node)
+            node = self._writable(placement.node)
             if node is None:
                 continue
             before = len(node.gpu_ids)
@@ -243,6 +247,16 @@ class FreeResources:
                     free_ids.sort()
             node.memory_bytes += placement.memory_bytes
             self._account(node, before, cores_before, placement.memory_bytes)
+
+    def _writable(self, name: str) -> NodeFree | None:
+        node = self._nodes.get(name)
+        if node is None or name in self._owned:
+            return node
+        node = NodeFree(node.name, list(node.cpu_ids), list(node.gpu_ids), node.memory_bytes, node.gpu_model,
+                        node.labels)
+        self._nodes[name] = node
+        self._owned.add(name)
+        return node
 
     def _account(self, node: NodeFree, gpus_before: int, cores_before: int, memory_delta: int) -> None:
         gpus_after = len(node.gpu_ids)
