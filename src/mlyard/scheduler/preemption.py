@@ -35,7 +35,9 @@ def find_victims(state: RoundState, job: PendingJob, klass: float, demand) -> li
     victims += [Victim(run, run.placements, None, "policy") for run in whole]
     if state.book.within_nominal(job.queue, demand):
         seen = {run.job_id for run in whole}
-        borrowers = [run for run in reclaim_victim_order(state.book, state.snapshot.running)
+        if state.reclaim_pool is None:  # borrowers as the round began: victims stay in the book
+            state.reclaim_pool = reclaim_victim_order(state.book, state.snapshot.running)
+        borrowers = [run for run in state.reclaim_pool
                      if run.job_id not in seen and run.job_id not in state.taken and run.queue != job.queue]
         shrinkable = [Victim(run, run.placements[run.min_replicas :], run.placements[: run.min_replicas], "reclaim")
                       for run in borrowers if run.min_replicas is not None and len(run.placements) > run.min_replicas]

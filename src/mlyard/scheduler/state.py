@@ -89,6 +89,7 @@ class RoundState:
     victim_cache: dict[tuple, tuple[list, list[int]]] = field(default_factory=dict)
     top_victim_class: float = -math.inf
     future_generation: int = 0
+    reclaim_pool: list[RunningJob] | None = None
     victim_pool: list[tuple[tuple[float, ...], float, RunningJob]] | None = None
 
     quota_answers: dict[tuple, tuple[int, str | None]] = field(default_factory=dict)
