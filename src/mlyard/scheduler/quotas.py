@@ -91,9 +91,6 @@ class QueueBook:
         self.usage[queue] = self.usage.get(queue, Amounts()) + amounts
         self.user_usage[user] = self.user_usage.get(user, Amounts()) + amounts
 
-    def remove(self, queue: str, user: str, amounts: Amounts) -> None:
-        self.add(queue, user, Amounts() - amounts)
-
     def used(self, queue: str) -> Amounts:
         return self.usage.get(queue, Amounts())
 

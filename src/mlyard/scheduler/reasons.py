@@ -65,7 +65,7 @@ def never_fits(state: RoundState, gang: Sequence[ReplicaRequest], demand, shape:
 def resource_reason(state: RoundState, gang: Sequence[ReplicaRequest]) -> str:
     if not state.config.explain:
         return ""
-    most_gpus, most_cores, most_memory, _ = state.largest_free()
+    most_gpus, most_cores, most_memory = state.largest_free()
     biggest_gpu = max(replica.gpu for replica in gang)
     biggest_cores = max(replica.cores for replica in gang)
     biggest_memory = max(replica.memory_bytes for replica in gang)

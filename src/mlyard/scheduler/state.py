@@ -72,9 +72,7 @@ class RoundState:
     attempts_left: int = MAX_PREEMPTION_ATTEMPTS
     resource_waiters: int = 0
     reservation: Reservation | None = None
-    _largest: tuple[int, int, int, int] | None = None
     _capacity: tuple[int, int, int] | None = None
-    _largest_version: int = -1
     version: int = 0
     # Free views only shrink during a round (starts and holds take from them), so a
     # gang shape that did not fit keeps not fitting: identical gangs skip the search.
@@ -138,15 +136,8 @@ class RoundState:
             self.reservation.extra.take_available(placements)
         self.version += 1
 
-    def largest_free(self) -> tuple[int, int, int, int]:
-        """(most free GPUs, cores, bytes on one node, most cores on a node with free GPUs), cached per change."""
-        if self._largest is None or self._largest_version != self.version:
-            nodes = self.free.nodes
-            self._largest = (
-                self.free.max_gpus(),
-                max((len(node.cpu_ids) for node in nodes), default=0),
-                max((node.memory_bytes for node in nodes), default=0),
-                0,
-            )
-            self._largest_version = self.version
-        return self._largest
+    def largest_free(self) -> tuple[int, int, int]:
+        """(most free GPUs, cores, memory bytes any one node has): reasons are worded once per round."""
+        nodes = self.free.nodes
+        return (self.free.max_gpus(), max((len(node.cpu_ids) for node in nodes), default=0),
+                max((node.memory_bytes for node in nodes), default=0))
