@@ -34,6 +34,7 @@ bench: $(VENV)/.installed
 	$(BIN)/python bench/launch.py
 	$(BIN)/python bench/sched_cycle.py
 	$(BIN)/python bench/sched_replay.py
+	$(BIN)/python bench/recovery.py
 
 clean:
 	rm -rf $(VENV) $(TF_VENV) build src/*.egg-info

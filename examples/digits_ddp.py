@@ -8,25 +8,30 @@ script runs under mlyard, under torchrun, or as a single process:
     RANK=0 WORLD_SIZE=1 MASTER_ADDR=127.0.0.1 MASTER_PORT=29511 \
         python examples/digits_ddp.py
 
-The only platform-specific input is MLYARD_CHECKPOINT_DIR, where rank 0 writes
-final.pt (falls back to ./checkpoints).
+Checkpoints go through mlyard's SDK (mlyard.sdk.checkpoint) into MLYARD_CHECKPOINT_DIR
+(./checkpoints outside mlyard): rank 0 saves the model, optimizer, LR schedule and
+epoch every --checkpoint-every epochs, and a run that finds a checkpoint there (a
+restarted or preempted job) continues from it. At the end rank 0 writes final.pt.
 """
 
 import argparse
 import os
 import random
 import sys
+import time
 from datetime import timedelta
 
 import numpy as np
 import torch
 import torch.distributed as dist
-import torch.nn as nn
 import torch.nn.functional as F
 from sklearn.datasets import load_digits
 from sklearn.model_selection import train_test_split
+from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+
+from mlyard.sdk import checkpoint
 
 
 def parse_args() -> argparse.Namespace:
@@ -35,7 +40,22 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--batch-size", type=int, default=32, help="per rank")
     parser.add_argument("--lr", type=float, default=3e-3)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--checkpoint-every", type=non_negative_int, default=1, metavar="EPOCHS",
+        help="save a checkpoint to resume from every EPOCHS epochs (0: never)",
+    )
+    parser.add_argument(
+        "--epoch-delay", type=float, default=0.0, metavar="SECONDS",
+        help="sleep after each epoch, to make a run long enough to interrupt",
+    )
     return parser.parse_args()
+
+
+def non_negative_int(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, not {value}")
+    return value
 
 
 def log(message: str) -> None:
@@ -130,18 +150,43 @@ def train(args: argparse.Namespace, device: torch.device) -> int:
         train_set, num_replicas=world_size, rank=rank, seed=args.seed
     )
     loader = DataLoader(train_set, batch_size=args.batch_size, sampler=sampler)
+    steps_per_epoch = len(loader)
 
     # Same seed on every rank; DDP also broadcasts rank 0's weights at wrap time.
     model = SmallCNN().to(device)
-    ddp_model = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
-    optimizer = torch.optim.Adam(ddp_model.parameters(), lr=args.lr)
-    scheduler = torch.optim.lr_scheduler.OneCycleLR(
-        optimizer, max_lr=args.lr, epochs=args.epochs, steps_per_epoch=len(loader)
-    )
+    optimizer = torch.optim.Adam(model.parameters(), lr=args.lr)
+    scheduler = make_scheduler(optimizer, args, steps_per_epoch)
 
-    accuracy = 0.0
-    for epoch in range(args.epochs):
-        sampler.set_epoch(epoch)  # a different shuffle each epoch, same on all ranks
+    # Every rank reads the checkpoint: each needs the optimizer state and the
+    # epoch. The directory is stable here, since a job's next attempt starts
+    # only once every replica of the previous one is gone.
+    start_epoch = 0
+    found = checkpoint.load_latest(map_location=device)
+    if found is not None:
+        state, _ = found
+        start_epoch = state["epoch"]
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        if (state["epochs"], state["steps_per_epoch"]) == (args.epochs, steps_per_epoch):
+            scheduler.load_state_dict(state["scheduler"])
+        elif start_epoch < args.epochs:
+            # A different --epochs or world size (a resize) changes the
+            # schedule's length: start the new one as far along as the old was.
+            scheduler = make_scheduler(
+                optimizer, args, steps_per_epoch, done=start_epoch * steps_per_epoch
+            )
+        # Dropout continues with the random numbers it would have drawn.
+        torch.set_rng_state(state["rng"].cpu())
+        log(
+            f"resumed from checkpoint at epoch {start_epoch} "
+            f"(restart {checkpoint.restart_count()})"
+        )
+    ddp_model = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
+
+    for epoch in range(start_epoch, args.epochs):
+        # The shuffle depends on the epoch alone (same on all ranks), so a
+        # resumed run sees the batches the interrupted one would have seen.
+        sampler.set_epoch(epoch)
         total_loss = torch.zeros(2, device=device)  # [sum of losses, sample count]
         for x, y in loader:
             x, y = x.to(device), y.to(device)
@@ -153,15 +198,20 @@ def train(args: argparse.Namespace, device: torch.device) -> int:
             total_loss += torch.tensor([loss.item() * len(y), len(y)], device=device)
         # Report the loss over the whole epoch, not just rank 0's shard.
         dist.all_reduce(total_loss)
+        done = epoch + 1
         if rank == 0:
             # Weights are identical on all ranks, so evaluating once is enough;
             # the other ranks simply wait for rank 0 at the next collective.
             accuracy = evaluate(model, test_set, device)
             mean_loss = (total_loss[0] / total_loss[1]).item()
             log(
-                f"epoch {epoch + 1}/{args.epochs} loss={mean_loss:.4f} "
+                f"epoch {done}/{args.epochs} loss={mean_loss:.4f} "
                 f"test_accuracy={accuracy:.4f}"
             )
+            if args.checkpoint_every and done % args.checkpoint_every == 0:
+                save_checkpoint(model, optimizer, scheduler, args, done, steps_per_epoch)
+        if args.epoch_delay:
+            time.sleep(args.epoch_delay)
 
     if rank == 0:
         checkpoint_dir = os.environ.get("MLYARD_CHECKPOINT_DIR") or "checkpoints"
@@ -169,11 +219,47 @@ def train(args: argparse.Namespace, device: torch.device) -> int:
         path = os.path.join(checkpoint_dir, "final.pt")
         torch.save({"epoch": args.epochs, "model_state_dict": model.state_dict()}, path)
         log(f"saved checkpoint {path}")
-        log(f"final test_accuracy={accuracy:.4f}")
+        # Evaluated here, not taken from the last epoch: a run resumed after
+        # its last epoch has no epoch of its own.
+        log(f"final test_accuracy={evaluate(model, test_set, device):.4f}")
     # Keep ranks together until the checkpoint is written, so no rank tears
     # down the process group while rank 0 is still saving.
     dist.barrier()
     return 0
+
+
+def make_scheduler(
+    optimizer: torch.optim.Optimizer,
+    args: argparse.Namespace,
+    steps_per_epoch: int,
+    done: int = 0,
+) -> torch.optim.lr_scheduler.OneCycleLR:
+    # last_epoch counts optimizer steps here; -1 means "not started".
+    return torch.optim.lr_scheduler.OneCycleLR(
+        optimizer, max_lr=args.lr, epochs=args.epochs, steps_per_epoch=steps_per_epoch,
+        last_epoch=done - 1,
+    )
+
+
+def save_checkpoint(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    scheduler: torch.optim.lr_scheduler.OneCycleLR,
+    args: argparse.Namespace,
+    epoch: int,
+    steps_per_epoch: int,
+) -> None:
+    state = {
+        "model": model.state_dict(),
+        "optimizer": optimizer.state_dict(),
+        "scheduler": scheduler.state_dict(),
+        "epoch": epoch,
+        "epochs": args.epochs,
+        "steps_per_epoch": steps_per_epoch,
+        "rng": torch.get_rng_state(),
+    }
+    checkpoint.save(state, step=epoch, keep=3)
+    log(f"checkpoint saved at epoch {epoch}")
 
 
 if __name__ == "__main__":

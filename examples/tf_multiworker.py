@@ -197,6 +197,11 @@ def main() -> int:
     test_ds = make_dataset(x_test, y_test, global_batch, shuffle_seed=None)
 
     steps_per_epoch = len(x_train) // global_batch
+    # Unlike digits_ddp.py this example does not resume from checkpoints: it runs
+    # in a TensorFlow environment that has no mlyard (so no mlyard.sdk), and
+    # Keras has its own mechanism for multi-worker jobs, which a job that needs
+    # it adds to model.fit's callbacks:
+    #   tf.keras.callbacks.BackupAndRestore(os.path.join(checkpoint_dir, "backup"))
     with strategy.scope():
         model = build_model()
     model.fit(

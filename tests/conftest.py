@@ -1,4 +1,9 @@
-"""Shared fixtures: a real mlyard server process with its own MLYARD_HOME, driven by the CLI."""
+"""Shared fixtures: a real mlyard server process with its own MLYARD_HOME, driven by the CLI.
+
+Whatever touches a database runs once per database: on SQLite and on PostgreSQL (a cluster
+the session starts itself, see postgres.py). The `server` and `database_url` fixtures are
+parametrized over `DATABASES`, so their tests show [sqlite] and [postgresql] in their ids.
+"""
 
 from __future__ import annotations
 
@@ -13,14 +18,17 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import postgres
 import psutil
 import pytest
+from postgres import postgres_cluster  # noqa: F401 - a fixture for the tests that want the cluster itself
 
 from mlyard.client import Client
 
 REPOSITORY = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 MLYARD = str(BIN / "mlyard")
+DATABASES = ["sqlite", "postgresql"]
 
 
 def free_port() -> int:
@@ -42,7 +50,7 @@ class RunningServer:
     def cli(self, *arguments: str, cwd: Path = REPOSITORY, timeout: float = 300,
             check: bool = False) -> subprocess.CompletedProcess[str]:
         result = subprocess.run([MLYARD, *arguments], cwd=cwd, env=self.env, capture_output=True, text=True,
-                                timeout=timeout)
+                                timeout=timeout, check=False)
         if check and result.returncode != 0:
             raise AssertionError(f"mlyard {' '.join(arguments)} failed ({result.returncode}):\n"
                                  f"{result.stdout}\n{result.stderr}")
@@ -60,10 +68,20 @@ class RunningServer:
     def token(self) -> str:
         return (self.home / "admin.token").read_text().strip()
 
+    @property
+    def database_url(self) -> str:
+        return self.env.get("MLYARD_DATABASE_URL") or f"sqlite:///{self.home / 'mlyard.db'}"
 
-def start_server(home: Path, **environment: str) -> RunningServer:
+
+def start_server(home: Path, *, database: str = "sqlite", **environment: str) -> RunningServer:
+    """`database="postgresql"`: on a fresh database of the session's cluster, unless
+    MLYARD_DATABASE_URL is given (servers that share a database)."""
+    if database not in DATABASES:
+        raise ValueError(f"database must be one of {DATABASES}, not {database!r}")
     env = {key: value for key, value in os.environ.items() if not key.startswith("MLYARD_")}
     env.update({"MLYARD_HOME": str(home), "MLYARD_NODE_CPUS": "2", "MLYARD_STOP_GRACE": "3"})
+    if database == "postgresql" and "MLYARD_DATABASE_URL" not in environment:
+        env["MLYARD_DATABASE_URL"] = postgres.create_database()
     env.update(environment)
     server = RunningServer(home=home, port=free_port(), env=env)
     server.env["MLYARD_PORT"] = str(server.port)
@@ -83,12 +101,26 @@ def stop_server(server: RunningServer) -> None:
             pass
 
 
-@pytest.fixture(scope="session")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
-    """One server for the session's end-to-end tests (2 CPUs offered, 3 s stop grace)."""
-    running = start_server(tmp_path_factory.mktemp("mlyard-home"))
+@pytest.fixture(scope="session", params=DATABASES)
+def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
+    """One server per database for the session's end-to-end tests (2 CPUs offered, 3 s stop
+    grace); pytest runs the tests of one database, then stops its server before the next."""
+    running = start_server(tmp_path_factory.mktemp(f"mlyard-home-{request.param}"), database=request.param)
     yield running
     stop_server(running)
+
+
+@pytest.fixture(params=DATABASES)
+def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """An empty database: a SQLite file of the test's own, or a new PostgreSQL database."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'mlyard.db'}"
+    return postgres.create_database()
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    # start_server may have started the cluster outside any fixture.
+    postgres.stop_cluster()
 
 
 def wait_for(condition: Callable[[], bool], timeout: float = 5.0, interval: float = 0.02) -> bool:

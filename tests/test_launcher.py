@@ -19,7 +19,14 @@ import pytest
 from conftest import process_gone, wait_for
 
 from mlyard import cgroups
-from mlyard.launcher import EXIT_FILE, LAUNCH_CONFIG, OUTPUT_LOG, STARTED_FILE
+from mlyard.launcher import (
+    EXIT_FILE,
+    HEARTBEAT_FILE,
+    HEARTBEAT_INTERVAL,
+    LAUNCH_CONFIG,
+    OUTPUT_LOG,
+    STARTED_FILE,
+)
 from mlyard.storage import pack_directory
 
 PYTHON = sys.executable
@@ -60,6 +67,7 @@ def run_launcher(directory: Path, timeout: float = 15) -> subprocess.CompletedPr
         capture_output=True,
         text=True,
         timeout=timeout,
+        check=False,  # the assertion below shows stderr
     )
     assert result.returncode == 0, result.stderr
     return result
@@ -248,6 +256,59 @@ def test_processes_left_in_the_group_are_killed_when_the_command_ends(tmp_path: 
     assert wait_for(lambda: process_gone(leftover), timeout=3), "a background process outlived its replica"
 
 
+# --------------------------------------------------------------------------- heartbeat
+
+
+def test_the_heartbeat_advances_while_the_command_runs(tmp_path: Path, launched: list[subprocess.Popen]) -> None:
+    directory = write_config(tmp_path / "replica", ["sleep", "30"])
+    heartbeat = directory / HEARTBEAT_FILE
+    launcher = start_launcher(directory)
+    launched.append(launcher)
+    assert wait_for(lambda: (directory / STARTED_FILE).exists())
+    assert heartbeat.exists()
+
+    beats = [heartbeat.stat().st_mtime]
+    for _ in range(2):
+        assert wait_for(lambda: heartbeat.stat().st_mtime > beats[-1], timeout=3 * HEARTBEAT_INTERVAL)
+        beats.append(heartbeat.stat().st_mtime)
+    assert time.time() - beats[-1] < 2 * HEARTBEAT_INTERVAL
+
+    launcher.send_signal(signal.SIGTERM)
+    launcher.wait(timeout=5)
+    assert read_json(directory / EXIT_FILE)["exit_code"] == 143
+
+
+def test_the_launcher_beats_before_and_while_the_snapshot_is_extracted(
+    tmp_path: Path, launched: list[subprocess.Popen]
+) -> None:
+    source = tmp_path / "source"
+    source.mkdir()
+    (source / "data.txt").write_text("snapshot contents\n")
+    archive = pack_directory(source, tmp_path / "snapshot.tar.gz").path
+    # A snapshot that is a pipe: extraction blocks in open() until the test opens the other end.
+    snapshot = tmp_path / "slow-snapshot"
+    os.mkfifo(snapshot)
+    directory = write_config(tmp_path / "replica", ["cat", "data.txt"], snapshot=str(snapshot))
+    heartbeat = directory / HEARTBEAT_FILE
+    launcher = start_launcher(directory)
+    launched.append(launcher)
+
+    assert wait_for(heartbeat.exists), "no beat while the snapshot was being extracted"
+    first = heartbeat.stat().st_mtime
+    assert wait_for(lambda: heartbeat.stat().st_mtime > first, timeout=3 * HEARTBEAT_INTERVAL)
+    assert not (directory / "code" / "data.txt").exists()
+
+    # The launcher reads the gzip magic through the pipe, then opens the path again to extract:
+    # by then the real archive has taken the pipe's place.
+    pipe = os.open(snapshot, os.O_WRONLY | os.O_NONBLOCK)  # ENXIO, not a hang, if nobody reads
+    os.replace(archive, snapshot)
+    os.write(pipe, b"\x1f\x8b")
+    os.close(pipe)
+    launcher.wait(timeout=15)
+    assert read_json(directory / EXIT_FILE)["exit_code"] == 0, output_of(directory)
+    assert output_of(directory) == "snapshot contents\n"
+
+
 # --------------------------------------------------------------------------- hostile snapshots
 
 
@@ -278,7 +339,7 @@ def test_snapshot_escaping_the_directory_fails_the_replica_and_writes_nothing_ou
     assert "'../evil'" in lines[0]
     assert "outside the target directory" in lines[0]
     assert sorted(path.name for path in tmp_path.iterdir()) == ["evil.tar.gz", "replica"]
-    assert sorted(path.name for path in directory.iterdir()) == [EXIT_FILE, LAUNCH_CONFIG, OUTPUT_LOG]
+    assert sorted(path.name for path in directory.iterdir()) == [EXIT_FILE, HEARTBEAT_FILE, LAUNCH_CONFIG, OUTPUT_LOG]
 
 
 # --------------------------------------------------------------------------- memory cgroup

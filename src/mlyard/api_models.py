@@ -6,7 +6,7 @@ Times are UTC seconds since the epoch.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -23,7 +23,9 @@ def field_errors(errors: Iterable[Mapping[str, Any]]) -> list[FieldError]:
     result = []
     for error in errors:
         parts = [str(part) for part in error.get("loc", ())]
-        if len(parts) > 1 and parts[0] in ("body", "query", "path", "header"):
+        if len(parts) > 1 and parts[0] == "header":  # as people write them: headers.Idempotency-Key
+            parts = ["headers", "-".join(word.capitalize() for word in parts[1].split("-")), *parts[2:]]
+        elif len(parts) > 1 and parts[0] in ("body", "query", "path"):
             parts = parts[1:]
         result.append(FieldError(field=".".join(parts) or "(root)", message=str(error.get("msg", "invalid"))))
     return result
@@ -68,6 +70,9 @@ class AttemptInfo(BaseModel):
         default=None, description="what a requested stop made of the job; PREEMPTED: it went back to the queue"
     )
     master_port: int | None
+    exit_code: int | None = Field(
+        default=None, description="the first non-zero exit code of its replicas; 0 when all exited 0"
+    )
     replicas: list[ReplicaInfo]
 
 
@@ -93,12 +98,16 @@ class JobInfo(BaseModel):
     submitted_at: float
     started_at: float | None
     finished_at: float | None
-    wait_reason: str | None = Field(default=None, description="why a QUEUED job has not started yet")
+    wait_reason: str | None = Field(
+        default=None, description="why a QUEUED (or RESTARTING, after its backoff) job has not started yet"
+    )
     attained_service: float = Field(
         default=0.0, description="GPU-seconds it consumed so far (core-seconds for a job without GPUs)"
     )
     attained_time: float = Field(default=0.0, description="seconds its attempts ran so far")
     preemption_count: int = Field(default=0, description="times the scheduler stopped it and queued it again")
+    restart_count: int = Field(default=0, description="times it was restarted after a failed attempt")
+    restart_at: float | None = Field(default=None, description="while RESTARTING: when its backoff ends")
     spec: JobSpec
 
 
@@ -213,3 +222,14 @@ class LogChunk(BaseModel):
 class Health(BaseModel):
     status: str
     version: str
+    controller: Literal["leader", "standby"] = Field(
+        # The default is what a server from before leadership always was: its own controller.
+        default="leader",
+        description="whether this server runs the controller; of the servers sharing a database one "
+        "leads, the others stand by to take over",
+    )
+    adopted: int | None = Field(
+        default=None,
+        description="replicas the leading controller found running when it started (left by an earlier server); "
+        "null while it has not looked yet, and on a standby",
+    )

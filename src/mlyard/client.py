@@ -7,6 +7,7 @@ through MLYARD_TOKEN or the admin token file.
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,9 @@ from mlyard.api_models import (
 from mlyard.spec import JobSpec, JobStatus
 
 UPLOAD_CHUNK = 256 * 1024
+RETRY_SECONDS = 60.0
+"""How long a request that is safe to repeat keeps being retried while the server cannot be
+reached (it may be restarting)."""
 
 
 class ClientError(Exception):
@@ -44,8 +48,11 @@ class ClientError(Exception):
 
 
 class Client:
-    def __init__(self, url: str | None = None, token: str | None = None, *, timeout: float = 30.0):
+    def __init__(self, url: str | None = None, token: str | None = None, *, timeout: float = 30.0,
+                 retry_seconds: float = RETRY_SECONDS):
         self.url = (url or config.server_url()).rstrip("/")
+        self.retry_seconds = retry_seconds
+        self._reached = False
         self.token = token if token is not None else config.api_token()
         headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
         self._http = httpx.Client(base_url=f"{self.url}/api/v1", headers=headers, timeout=timeout)
@@ -59,14 +66,29 @@ class Client:
     def __exit__(self, *_exc: object) -> None:
         self.close()
 
-    def _request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
-        try:
-            response = self._http.request(method, path, **kwargs)
-        except httpx.TransportError as error:
-            raise ClientError(
-                f"cannot reach the mlyard server at {self.url} ({error.__class__.__name__}); "
-                "is it running? Start it with 'mlyard server start'"
-            ) from error
+    def _request(self, method: str, path: str, *, retry: bool | None = None, **kwargs: Any) -> httpx.Response:
+        """`retry`: repeat on connection errors for up to `retry_seconds` (by default for GETs
+        only; a POST only when it carries an Idempotency-Key, so a repeat cannot duplicate).
+        A server this client never reached is reported at once: it is not running, rather than
+        restarting."""
+        retry = method == "GET" if retry is None else retry
+        deadline = time.monotonic() + self.retry_seconds
+        pause = 0.1
+        while True:
+            try:
+                response = self._http.request(method, path, **kwargs)
+                self._reached = True
+                break
+            except httpx.TransportError as error:
+                restarting = self._reached or not isinstance(error, httpx.ConnectError)
+                if retry and restarting and time.monotonic() + pause < deadline:
+                    time.sleep(pause)
+                    pause = min(pause * 2, 2.0)
+                    continue
+                raise ClientError(
+                    f"cannot reach the mlyard server at {self.url} ({error.__class__.__name__}); "
+                    "is it running? Start it with 'mlyard server start'"
+                ) from error
         if response.is_success:
             return response
         try:
@@ -79,9 +101,13 @@ class Client:
     def health(self) -> Health:
         return Health.model_validate(self._request("GET", "/health").json())
 
-    def submit(self, spec: JobSpec | dict[str, Any]) -> JobInfo:
+    def submit(self, spec: JobSpec | dict[str, Any], *, idempotency_key: str | None = None) -> JobInfo:
+        """Submits with an Idempotency-Key (a new one unless given) and retries on connection
+        errors: an answer lost to a server crash never leads to a second job."""
         payload = spec.model_dump(mode="json", exclude_defaults=True) if isinstance(spec, JobSpec) else spec
-        return JobInfo.model_validate(self._request("POST", "/jobs", json=payload).json())
+        headers = {"Idempotency-Key": idempotency_key or str(uuid.uuid4())}
+        return JobInfo.model_validate(
+            self._request("POST", "/jobs", json=payload, headers=headers, retry=True).json())
 
     def jobs(self, *, statuses: Sequence[JobStatus] = (), include_finished: bool = False) -> list[JobInfo]:
         params: list[tuple[str, str]] = [("status", status.value) for status in statuses]
@@ -130,7 +156,7 @@ class Client:
 
     def set_queue(self, name: str, settings: dict[str, Any]) -> QueueInfo:
         """Creates or updates a queue; `settings` holds only the fields to change (see `QueueSettings`)."""
-        return QueueInfo.model_validate(self._request("PUT", f"/queues/{name}", json=settings).json())
+        return QueueInfo.model_validate(self._request("PUT", f"/queues/{name}", json=settings, retry=True).json())
 
     def delete_queue(self, name: str) -> None:
         self._request("DELETE", f"/queues/{name}")

@@ -56,6 +56,20 @@ class InvalidTransition(MlyardError):
     code = "invalid_transition"
 
 
+class StorageFull(MlyardError):
+    """The server's disk (or its database's) has no room left; nothing was half-written."""
+
+    http_status = 507
+    code = "storage_full"
+
+
+class Unavailable(MlyardError):
+    """The database cannot be reached or is busy; the request may be retried."""
+
+    http_status = 503
+    code = "unavailable"
+
+
 class PayloadTooLarge(MlyardError):
     http_status = 413
     code = "payload_too_large"

@@ -7,6 +7,10 @@ SIGINT are forwarded to the whole group. When the command ends, anything it left
 is killed and `exit.json` is written (atomically), so the controller can read the outcome even
 after a server restart. `started.json` says the user command is running.
 
+From its start until `exit.json` is written, a thread touches `heartbeat` every
+HEARTBEAT_INTERVAL seconds: a replica whose beats stop (the launcher killed, frozen, or its node
+gone) is taken for lost after HEARTBEAT_TIMEOUT, even by a server that cannot see its pid.
+
 It imports little, so a replica starts fast.
 """
 
@@ -17,6 +21,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -26,6 +31,11 @@ STARTED_FILE = "started.json"
 EXIT_FILE = "exit.json"
 LAUNCHER_LOG = "launcher.log"
 LAUNCHER_FILE = "launcher.json"  # written by the backend: the launcher's pid and start time
+HEARTBEAT_FILE = "heartbeat"  # its modification time is the launcher's last beat
+HEARTBEAT_INTERVAL = 1.0
+# Several missed beats, so a busy machine or a slow shared file system is not taken for a
+# dead replica; still well within the 10 s in which a lost replica must be noticed.
+HEARTBEAT_TIMEOUT = 5.0
 CODE_DIRECTORY = "code"
 COMMAND_NOT_FOUND = 127
 COMMAND_NOT_EXECUTABLE = 126
@@ -72,6 +82,34 @@ def _kill_descendants() -> None:
     psutil.wait_procs(leftovers, timeout=2)
 
 
+class Heartbeat:
+    """Touches the heartbeat file until stopped. A daemon thread: only a live, running
+    launcher beats, which is the point."""
+
+    def __init__(self, path: Path, interval: float = HEARTBEAT_INTERVAL):
+        self.path = path
+        self.interval = interval
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="heartbeat", daemon=True)
+
+    def beat(self) -> None:
+        try:
+            self.path.touch()
+        except OSError:  # a full or briefly unreachable volume: the next beat tries again
+            pass
+
+    def start(self) -> None:
+        self.beat()
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stopped.set()
+
+    def _run(self) -> None:
+        while not self._stopped.wait(self.interval):
+            self.beat()
+
+
 class Launcher:
     def __init__(self, directory: Path):
         self.directory = directory
@@ -79,6 +117,7 @@ class Launcher:
         self.child: subprocess.Popen | None = None
         self.terminating_signal: int | None = None
         self.cgroup: Path | None = None
+        self.heartbeat = Heartbeat(directory / HEARTBEAT_FILE)
 
     def log(self, message: str) -> None:
         print(f"mlyard-launcher: {message}", file=sys.stderr, flush=True)
@@ -93,12 +132,14 @@ class Launcher:
                 pass
 
     def run(self) -> int:
+        # First, since extracting a large snapshot can outlast the heartbeat timeout.
+        self.heartbeat.start()
         signal.signal(signal.SIGTERM, self.on_signal)
         signal.signal(signal.SIGINT, self.on_signal)
         _become_subreaper()
         try:
             exit_code = self._run_command()
-        except Exception as error:  # the user sees it in their log, the controller in exit.json
+        except Exception as error:  # noqa: BLE001 - the user sees it in their log, the controller in exit.json
             self._append_output(f"mlyard: the replica could not start: {error}\n")
             self.log(f"start failed: {error!r}")
             exit_code = 1
@@ -111,6 +152,7 @@ class Launcher:
             self.directory / EXIT_FILE,
             {"exit_code": exit_code, "signal": signal_number, "finished_at": time.time()},
         )
+        self.heartbeat.stop()
         return 0
 
     def _run_command(self) -> int:

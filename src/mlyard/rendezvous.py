@@ -40,6 +40,8 @@ class JobContext:
     token: str
     checkpoint_directory: str
     master_port: int
+    restart_count: int = 0
+    """Attempts before this one (failures and preemptions): a job resumes when it is above 0."""
 
 
 def replica_environments(spec: JobSpec, slots: Sequence[ReplicaSlot], context: JobContext) -> list[dict[str, str]]:
@@ -70,6 +72,7 @@ def replica_environments(spec: JobSpec, slots: Sequence[ReplicaSlot], context: J
                 "MLYARD_API": context.api_url,
                 "MLYARD_TOKEN": context.token,
                 "MLYARD_CHECKPOINT_DIR": context.checkpoint_directory,
+                "MLYARD_RESTART_COUNT": str(context.restart_count),
                 "RANK": str(slot.rank),
                 "WORLD_SIZE": str(world_size),
                 "LOCAL_RANK": str(local_rank),

@@ -112,11 +112,24 @@ class Role(_Strict):
         return None if value is None else normalize_command(value)
 
 
+MAX_BACKOFF_SECONDS = 600.0
+
+
 class RestartPolicy(_Strict):
-    """How often a failed job is started again from its last checkpoint."""
+    """How often a failed job is started again from its last checkpoint. A replica that exits
+    non-zero or vanishes fails its attempt; the whole gang stops, waits the backoff and starts
+    again as a new attempt. Exceeding max_runtime and cancellation are never restarted."""
 
     max_restarts: int = Field(default=0, ge=0, le=1000)
-    backoff_seconds: float = Field(default=10.0, ge=0, le=3600)
+    backoff_seconds: float = Field(
+        default=10.0, ge=0, le=3600,
+        description="wait before the first restart; doubles with each further one, up to 10 minutes "
+        "(or backoff_seconds, if larger)",
+    )
+
+    def backoff(self, restarts_done: int) -> float:
+        """Seconds to wait before restart number `restarts_done + 1`."""
+        return min(self.backoff_seconds * 2.0 ** min(restarts_done, 32), max(self.backoff_seconds, MAX_BACKOFF_SECONDS))
 
 
 class Elastic(_Strict):
@@ -233,8 +246,9 @@ class JobStatus(str, enum.Enum):
 
     @property
     def is_active(self) -> bool:
-        """True while processes of the job may exist."""
-        return self in (JobStatus.SCHEDULED, JobStatus.STARTING, JobStatus.RUNNING, JobStatus.RESTARTING)
+        """True while processes of the job may exist. A RESTARTING job has none: its failed
+        attempt is gone and it waits out the backoff before it is scheduled again."""
+        return self in (JobStatus.SCHEDULED, JobStatus.STARTING, JobStatus.RUNNING)
 
 
 TERMINAL_STATUSES = frozenset({JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED})
@@ -243,7 +257,7 @@ _S = JobStatus
 ALLOWED_TRANSITIONS: dict[JobStatus, frozenset[JobStatus]] = {
     _S.QUEUED: frozenset({_S.SCHEDULED, _S.CANCELLED, _S.FAILED}),
     _S.SCHEDULED: frozenset({_S.STARTING, _S.FAILED, _S.CANCELLED}),
-    _S.STARTING: frozenset({_S.RUNNING, _S.FAILED, _S.CANCELLED, _S.PREEMPTED}),
+    _S.STARTING: frozenset({_S.RUNNING, _S.FAILED, _S.CANCELLED, _S.PREEMPTED, _S.RESTARTING}),
     _S.RUNNING: frozenset({_S.SUCCEEDED, _S.FAILED, _S.CANCELLED, _S.RESTARTING, _S.PREEMPTED}),
     _S.RESTARTING: frozenset({_S.SCHEDULED, _S.FAILED, _S.CANCELLED}),
     _S.PREEMPTED: frozenset({_S.QUEUED, _S.CANCELLED}),

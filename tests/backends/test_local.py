@@ -26,7 +26,15 @@ from mlyard.backends.base import (
     ReplicaRef,
 )
 from mlyard.backends.local import NODE_ADDRESS, LocalBackend, cgroup_name
-from mlyard.launcher import EXIT_FILE, LAUNCH_CONFIG, STARTED_FILE
+from mlyard.launcher import (
+    EXIT_FILE,
+    HEARTBEAT_FILE,
+    HEARTBEAT_INTERVAL,
+    HEARTBEAT_TIMEOUT,
+    LAUNCH_CONFIG,
+    LAUNCHER_FILE,
+    STARTED_FILE,
+)
 
 MEBIBYTE = 1024 * 1024
 
@@ -312,8 +320,11 @@ def test_replica_killed_with_sigkill_is_lost(launches: Launches) -> None:
     _, refs = launches.start(backend, ["sleep", "30"], ["sleep", "30"])
     observe_until(backend, refs, is_running)
 
+    killed_at = time.monotonic()
     os.killpg(refs[0].pid, signal.SIGKILL)
     observed = observe_until(backend, refs[:1], is_gone)
+    # At once: a local backend sees the pid die without waiting for the heartbeat to go stale.
+    assert time.monotonic() - killed_at < HEARTBEAT_TIMEOUT / 2
     assert observed[refs[0].replica_id].state == "lost"
     assert observed[refs[0].replica_id].exit_code is None
     assert observed[refs[0].replica_id].started_at is not None
@@ -336,7 +347,7 @@ def test_stop_on_replicas_already_gone_is_a_no_op(launches: Launches) -> None:
 
 def test_a_second_backend_observes_and_stops_replicas_started_by_the_first(launches: Launches) -> None:
     first = make_backend()
-    attempt, refs = launches.start(first, ["sleep", "30"], ["sleep", "30"])
+    _, refs = launches.start(first, ["sleep", "30"], ["sleep", "30"])
     observe_until(first, refs, is_running)
 
     restarted = make_backend()  # like a restarted server: only the stored ReplicaRef data
@@ -427,3 +438,95 @@ def test_a_launch_the_database_never_recorded_is_found_from_its_directory(launch
     assert restarted.observe([unrecorded])[unrecorded.replica_id].state == "running"
     restarted.stop([unrecorded], force=True)
     assert observe_until(restarted, [unrecorded], is_gone)[unrecorded.replica_id].is_gone
+
+
+# --------------------------------------------------------------------------- heartbeats
+
+
+def test_a_running_replica_keeps_beating_and_stays_running_past_the_timeout(launches: Launches) -> None:
+    backend = make_backend()
+    _, refs = launches.start(backend, ["sleep", "30"])
+    observe_until(backend, refs, is_running)
+    heartbeat = refs[0].directory / HEARTBEAT_FILE
+    recorded = json.loads((refs[0].directory / LAUNCHER_FILE).read_text())
+    assert recorded["heartbeat_interval"] == HEARTBEAT_INTERVAL
+
+    beats = set()
+    deadline = time.monotonic() + HEARTBEAT_TIMEOUT + HEARTBEAT_INTERVAL
+    while time.monotonic() < deadline:
+        assert backend.observe(refs)[refs[0].replica_id].state == "running"
+        beats.add(heartbeat.stat().st_mtime)
+        time.sleep(0.2)
+    assert len(beats) >= HEARTBEAT_TIMEOUT / HEARTBEAT_INTERVAL - 1, "the heartbeat did not advance"
+
+
+def test_a_frozen_launcher_is_lost_within_the_timeout_and_force_stop_removes_it_and_its_command(
+    launches: Launches,
+) -> None:
+    backend = make_backend()
+    _, refs = launches.start(backend, ["sleep", "30"], ["sleep", "30"])
+    observe_until(backend, refs, is_running)
+    frozen = refs[0]
+    command_pid = json.loads((frozen.directory / STARTED_FILE).read_text())["pid"]
+
+    frozen_at = time.monotonic()
+    os.kill(frozen.pid, signal.SIGSTOP)  # the pid stays; only its beats stop
+    observed = observe_until(backend, [frozen], is_gone, timeout=HEARTBEAT_TIMEOUT + 3)
+    waited = time.monotonic() - frozen_at
+    assert observed[frozen.replica_id].state == "lost", observed
+    assert observed[frozen.replica_id].exit_code is None
+    # Lost once the last beat before the freeze is older than the timeout, and well within 10 s.
+    assert HEARTBEAT_TIMEOUT - HEARTBEAT_INTERVAL - 0.5 <= waited <= HEARTBEAT_TIMEOUT + 2
+    assert psutil.Process(frozen.pid).status() == psutil.STATUS_STOPPED
+    assert backend.observe(refs[1:])[refs[1].replica_id].state == "running", "its sibling still beats"
+
+    backend.stop([frozen], force=True)  # what the controller does with a replica first seen lost
+    assert wait_for(lambda: process_gone(frozen.pid), timeout=3), "the frozen launcher was left"
+    assert wait_for(lambda: process_gone(command_pid), timeout=3), "the frozen launcher's command was left"
+    assert backend.observe(refs[1:])[refs[1].replica_id].state == "running"
+
+
+def fake_launcher(directory: Path, *, beats: bool) -> tuple[subprocess.Popen, ReplicaRef]:
+    """A process the backend takes for this directory's launcher, which never beats; its
+    launcher.json says whether a launcher of its version would."""
+    directory.mkdir(parents=True)
+    process = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "mlyard.launcher", str(directory)],
+                               start_new_session=True)
+    started_at = psutil.Process(process.pid).create_time()
+    recorded = {"pid": process.pid, "started_at": started_at}
+    if beats:
+        recorded["heartbeat_interval"] = HEARTBEAT_INTERVAL
+    (directory / LAUNCHER_FILE).write_text(json.dumps(recorded))
+    return process, ReplicaRef(replica_id=1, node="local", directory=directory, pid=process.pid,
+                               pid_started_at=started_at)
+
+
+def test_a_launcher_that_never_beats_is_lost_once_the_timeout_has_passed_since_its_start(tmp_path: Path) -> None:
+    process, ref = fake_launcher(tmp_path / "replica", beats=True)
+    try:
+        backend = make_backend()
+        backend.heartbeat_timeout = 1.0  # the rule, not the production wait
+        assert backend.observe([ref])[1].state == "pending"
+        assert observe_until(backend, [ref], is_gone, timeout=3)[1].state == "lost"
+        assert process.poll() is None
+
+        backend.stop([ref], force=True)
+        assert process.wait(timeout=3) == -signal.SIGKILL
+    finally:
+        process.kill()
+        process.wait()
+
+
+def test_a_launcher_from_before_heartbeats_is_judged_by_its_pid_alone(tmp_path: Path) -> None:
+    process, ref = fake_launcher(tmp_path / "replica", beats=False)
+    try:
+        backend = make_backend()
+        backend.heartbeat_timeout = 0.2
+        time.sleep(0.5)
+        assert backend.observe([ref])[1].state == "pending"
+        process.kill()
+        process.wait()
+        assert backend.observe([ref])[1].state == "lost"
+    finally:
+        process.kill()
+        process.wait()

@@ -24,7 +24,7 @@ def api(server: RunningServer, token: str | None = None) -> httpx.Client:
 
 def user_token(server: RunningServer, name: str, *, admin: bool) -> str:
     """A token of a new user, written straight into the server's database (there is no user API yet)."""
-    database = Database(f"sqlite:///{server.home / 'mlyard.db'}")
+    database = Database(server.database_url)
     try:
         with database.transaction() as session:
             user = UserRow(name=name, is_admin=admin, created_at=time.time())

@@ -6,11 +6,14 @@ import subprocess
 import time
 from pathlib import Path
 
-from conftest import MLYARD, start_server, stop_server
+import pytest
+from conftest import DATABASES, MLYARD, start_server, stop_server
 
 
-def test_server_start_status_stop_and_jobs_outliving_a_server_restart(tmp_path: Path) -> None:
-    server = start_server(tmp_path / "home")
+# On both databases: the restarted server reconnects, leads again and finds the job running.
+@pytest.mark.parametrize("database", DATABASES)
+def test_server_start_status_stop_and_jobs_outliving_a_server_restart(tmp_path: Path, database: str) -> None:
+    server = start_server(tmp_path / "home", database=database)
     try:
         status = server.cli("server", "status")
         assert status.returncode == 0 and f"127.0.0.1:{server.port}" in status.stderr
@@ -40,7 +43,8 @@ def test_a_second_server_on_a_busy_port_fails_with_the_reason(tmp_path: Path) ->
     first = start_server(tmp_path / "first")
     try:
         second_env = {**first.env, "MLYARD_HOME": str(tmp_path / "second")}
-        result = subprocess.run([MLYARD, "server", "start"], env=second_env, capture_output=True, text=True, timeout=90)
+        result = subprocess.run([MLYARD, "server", "start"], env=second_env, capture_output=True, text=True, timeout=90,
+                                check=False)
         assert result.returncode == 1
         assert "cannot listen on" in result.stderr and "Traceback" not in result.stderr
         assert not (tmp_path / "second" / "server.pid").exists()
@@ -52,7 +56,8 @@ def test_a_second_server_on_the_same_home_is_refused_and_the_first_keeps_running
     server = start_server(tmp_path / "home")
     try:
         other_port = {**server.env, "MLYARD_PORT": str(server.port + 1)}
-        result = subprocess.run([MLYARD, "server", "run"], env=other_port, capture_output=True, text=True, timeout=60)
+        result = subprocess.run([MLYARD, "server", "run"], env=other_port, capture_output=True, text=True, timeout=60,
+                                check=False)
         assert result.returncode == 1
         assert "another mlyard server is running" in result.stderr
         assert server.cli("server", "status").returncode == 0
@@ -69,9 +74,11 @@ def test_a_stale_pid_file_is_not_taken_for_a_server(tmp_path: Path) -> None:
         (home / "server.pid").write_text(str(bystander.pid))
         (home / "server.json").write_text(f'{{"url": "http://127.0.0.1:9", "pid": {bystander.pid}}}')
         environment = {"MLYARD_HOME": str(home), "PATH": "/usr/bin:/bin"}
-        status = subprocess.run([MLYARD, "server", "status"], env=environment, capture_output=True, text=True)
+        status = subprocess.run([MLYARD, "server", "status"], env=environment, capture_output=True, text=True,
+                                check=False)
         assert status.returncode == 1 and "not running" in status.stderr
-        subprocess.run([MLYARD, "server", "stop"], env=environment, capture_output=True, text=True, timeout=30)
+        subprocess.run([MLYARD, "server", "stop"], env=environment, capture_output=True, text=True, timeout=30,
+                       check=False)
         assert bystander.poll() is None, "stop must not signal a process that is not the server"
     finally:
         bystander.kill()

@@ -1,4 +1,5 @@
-"""The controller's decisions, with a real SQLite database and a fake at the backend boundary."""
+"""The controller's decisions, with a real database (SQLite and PostgreSQL) and a fake at the
+backend boundary."""
 
 from __future__ import annotations
 
@@ -91,8 +92,8 @@ class FakeBackend(Backend):
 
 
 @pytest.fixture
-def world(tmp_path: Path):
-    settings = ServerSettings(paths=Paths(tmp_path), stop_grace_seconds=60)
+def world(tmp_path: Path, database_url: str):
+    settings = ServerSettings(paths=Paths(tmp_path), database_url=database_url, stop_grace_seconds=60)
     database = Database.open(settings.effective_database_url)
     backend = FakeBackend()
     record_nodes(database, backend.name, backend.nodes())
@@ -239,7 +240,7 @@ def test_max_runtime_fails_the_job(world) -> None:
 
 
 def test_an_attempt_left_unlaunched_by_a_stopped_server_fails_at_start(world) -> None:
-    database, backend, controller = world
+    database, _backend, controller = world
     job_id = submit(database)
     with database.transaction() as session:
         job = session.get(JobRow, job_id)
@@ -528,3 +529,84 @@ def test_submitting_to_a_queue_that_does_not_exist_names_the_field_and_the_queue
         submit(database, queue="nope")
     assert raised.value.field == "queue" and "default, team" in raised.value.message
     submit(database, queue="team")
+
+
+def fail_rank(database: Database, backend: FakeBackend, controller: Controller, launch: AttemptLaunch,
+              rank: int, code: int | None) -> None:
+    """A replica fails; the others stop on SIGTERM; the controller sees everything gone."""
+    backend.exit(launch, rank, code)
+    controller.reconcile_once()
+    for other in range(len(launch.replicas)):
+        if other != rank:
+            backend.exit(launch, other, 143)
+    controller.reconcile_once()
+
+
+def end_backoff(database: Database, job_id: int) -> None:
+    with database.transaction() as session:
+        session.get(JobRow, job_id).restart_at = 0.0
+
+
+@pytest.mark.parametrize("code", [137, None], ids=["exit-137", "lost"])
+def test_a_failed_attempt_restarts_the_whole_gang_after_its_backoff(world, code: int | None) -> None:
+    database, backend, controller = world
+    job_id = submit(database, restart_policy={"max_restarts": 2, "backoff_seconds": 30})
+    controller.reconcile_once()
+    controller.reconcile_once()
+    first = backend.launches[0]
+    assert first.replicas[0].env["MLYARD_RESTART_COUNT"] == "0"
+    fail_rank(database, backend, controller, first, 1, code)
+    job = job_row(database, job_id)
+    assert job.status == "RESTARTING" and job.restart_count == 1
+    assert job.restart_at == pytest.approx(job.updated_at + 30)
+    assert "restart 1 of 2, after a backoff of 30s" in job.message
+    assert controller.reconcile_once() <= 1.0
+    assert len(backend.launches) == 1, "the backoff is waited out"
+
+    end_backoff(database, job_id)
+    controller.reconcile_once()
+    second = backend.launches[1]
+    assert (second.job_id, second.attempt, len(second.replicas)) == (job_id, 2, 2)
+    assert {r.env["MLYARD_RESTART_COUNT"] for r in second.replicas} == {"1"}
+    assert second.replicas[0].env["MLYARD_CHECKPOINT_DIR"] == first.replicas[0].env["MLYARD_CHECKPOINT_DIR"]
+    assert status(database, job_id) is JobStatus.STARTING
+    info = jobs.get_job(database, ADMIN, job_id)
+    assert info.attempts[0].stop_outcome is JobStatus.RESTARTING
+    assert info.attempts[0].exit_code == (137 if code else 143)
+    assert info.restart_count == 1 and info.restart_at is None
+
+
+def test_a_job_fails_once_its_restarts_are_used_and_backoff_doubles(world) -> None:
+    database, backend, controller = world
+    job_id = submit(database, replicas=1, restart_policy={"max_restarts": 1, "backoff_seconds": 4})
+    controller.reconcile_once()
+    fail_rank(database, backend, controller, backend.launches[0], 0, 1)
+    assert job_row(database, job_id).status == "RESTARTING"
+    end_backoff(database, job_id)
+    controller.reconcile_once()
+    fail_rank(database, backend, controller, backend.launches[1], 0, 2)
+    job = job_row(database, job_id)
+    assert (job.status, job.exit_code, job.restart_count) == ("FAILED", 2, 1)
+    assert "no restarts left (1 used)" in job.message
+    policy = JobSpec(name="x", command=["x"], restart_policy={"max_restarts": 9, "backoff_seconds": 4}).restart_policy
+    assert [policy.backoff(n) for n in range(4)] == [4, 8, 16, 32]
+    assert policy.backoff(100) == 600, "the doubling is capped"
+
+
+def test_a_restarting_job_is_cancelled_at_once_and_a_timeout_is_never_restarted(world) -> None:
+    database, backend, controller = world
+    job_id = submit(database, replicas=1, restart_policy={"max_restarts": 3, "backoff_seconds": 60})
+    controller.reconcile_once()
+    fail_rank(database, backend, controller, backend.launches[0], 0, 1)
+    assert jobs.cancel(database, ADMIN, job_id, wake=lambda: None).status is JobStatus.CANCELLED
+    end_backoff(database, job_id)
+    controller.reconcile_once()
+    assert len(backend.launches) == 1
+
+    timed = submit(database, replicas=1, max_runtime=0.001, restart_policy={"max_restarts": 3})
+    controller.reconcile_once()
+    controller.reconcile_once()
+    backend.exit(backend.launches[-1], 0, 143)
+    controller.reconcile_once()
+    job = job_row(database, timed)
+    assert job.status == "FAILED" and "max_runtime" in job.message and job.restart_count == 0

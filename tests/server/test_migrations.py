@@ -1,15 +1,17 @@
-"""Schema migrations carry an existing database forward (and back) without losing jobs."""
+"""Schema migrations carry an existing database forward (and back) without losing jobs, on
+SQLite and on PostgreSQL."""
 
 from __future__ import annotations
 
-from pathlib import Path
+import threading
+import time
 
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import inspect, text
+from sqlalchemy import inspect, select, text
 
 from mlyard.server.db import MIGRATIONS, Database, make_engine
-from mlyard.server.rows import JobRow, QueueRow
+from mlyard.server.rows import Base, JobEventRow, JobRow, QueueRow
 
 
 def migrate_to(url: str, revision: str, *, down: bool = False) -> None:
@@ -22,8 +24,8 @@ def migrate_to(url: str, revision: str, *, down: bool = False) -> None:
     engine.dispose()
 
 
-def test_a_database_of_the_first_schema_gains_queues_and_keeps_its_jobs(tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path / 'mlyard.db'}"
+def test_a_database_of_the_first_schema_gains_queues_and_keeps_its_jobs(database_url: str) -> None:
+    url = database_url
     migrate_to(url, "0001")
     engine = make_engine(url)
     with engine.begin() as connection:
@@ -54,3 +56,57 @@ def test_a_database_of_the_first_schema_gains_queues_and_keeps_its_jobs(tmp_path
             assert connection.execute(text("SELECT name FROM jobs")).scalars().all() == ["old"]
     finally:
         engine.dispose()
+
+
+def test_times_keep_double_precision(database_url: str) -> None:
+    """Epoch seconds need 53 bits of mantissa: a single-precision column would round today's
+    times to minutes."""
+    database = Database.open(database_url)
+    try:
+        if database.engine.dialect.name == "postgresql":
+            with database.engine.connect() as connection:
+                types = dict(connection.execute(text(
+                    "SELECT table_name || '.' || column_name, data_type FROM information_schema.columns "
+                    "WHERE table_schema = current_schema()"
+                )).all())
+            floats = [f"{table.name}.{column.name}" for table in Base.metadata.tables.values()
+                      for column in table.columns if column.type.python_type is float]
+            assert floats and {types[name] for name in floats} == {"double precision"}
+        now = 1_767_225_600.123456  # 2026-01-01, to the microsecond
+        with database.transaction() as session:
+            job = JobRow(name="t", project="default", queue="default", priority=0, spec={}, status="QUEUED",
+                         attempt_count=0, submitted_at=now, updated_at=now)
+            session.add(job)
+            session.flush()
+            session.add(JobEventRow(job_id=job.id, at=now + 1e-6, to_status="QUEUED"))
+        with database.transaction() as session:
+            assert session.scalars(select(JobRow.submitted_at)).one() == now
+            assert session.scalars(select(JobEventRow.at)).one() == now + 1e-6
+    finally:
+        database.close()
+
+
+def test_servers_starting_together_on_an_empty_database_both_get_the_schema(database_url: str) -> None:
+    opened: list[Database] = []
+    failures: list[BaseException] = []
+
+    def open_database() -> None:
+        try:
+            opened.append(Database.open(database_url))
+        except BaseException as error:  # noqa: BLE001 - collected for the assertion
+            failures.append(error)
+
+    threads = [threading.Thread(target=open_database) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    try:
+        assert failures == []
+        assert len(opened) == 3
+        with opened[0].transaction() as session:
+            session.add(QueueRow(name="team", project="default", weight=1.0, created_at=time.time(),
+                                 updated_at=time.time()))
+    finally:
+        for database in opened:
+            database.close()

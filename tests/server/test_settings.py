@@ -1,19 +1,22 @@
-"""Server settings from the environment: the scheduling policy and its preemption knobs."""
+"""Server settings from the environment: the scheduling policy and its preemption knobs, and
+the database."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
+from sqlalchemy import text
 
 from mlyard.errors import MlyardError
 from mlyard.scheduler import LIVE_POLICIES
+from mlyard.server.db import Database, normalize_url
 from mlyard.server.settings import ServerSettings
 
 
 @pytest.fixture
 def environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> pytest.MonkeyPatch:
-    for variable in ("MLYARD_SCHEDULER_POLICY", "MLYARD_PREEMPT_MIN_RUN"):
+    for variable in ("MLYARD_SCHEDULER_POLICY", "MLYARD_PREEMPT_MIN_RUN", "MLYARD_DATABASE_URL"):
         monkeypatch.delenv(variable, raising=False)
     monkeypatch.setenv("MLYARD_HOME", str(tmp_path))
     return monkeypatch
@@ -46,3 +49,31 @@ def test_an_unreadable_minimum_run_is_refused_naming_the_variable(environment) -
     environment.setenv("MLYARD_PREEMPT_MIN_RUN", "soon")
     with pytest.raises(MlyardError, match="MLYARD_PREEMPT_MIN_RUN"):
         ServerSettings.from_environment()
+
+
+@pytest.mark.parametrize(("given", "used"), [
+    ("postgres://u:p%40ss@db:5432/mlyard?sslmode=require", "postgresql+psycopg://u:p%40ss@db:5432/mlyard?sslmode=require"),
+    ("postgresql://db/mlyard", "postgresql+psycopg://db/mlyard"),
+    ("postgresql+psycopg://db/mlyard", "postgresql+psycopg://db/mlyard"),
+    ("sqlite:////var/lib/mlyard.db", "sqlite:////var/lib/mlyard.db"),
+])
+def test_plain_postgresql_urls_get_the_psycopg_driver(given: str, used: str) -> None:
+    assert normalize_url(given) == used
+
+
+def test_the_database_url_comes_from_the_environment_in_any_accepted_form(environment, database_url: str) -> None:
+    plain = database_url.replace("postgresql+psycopg://", "postgres://")
+    environment.setenv("MLYARD_DATABASE_URL", plain)
+    settings = ServerSettings.from_environment()
+    assert settings.effective_database_url == plain
+    database = Database.open(settings.effective_database_url)
+    try:
+        assert database.url == database_url
+        with database.transaction() as session:
+            assert session.scalar(text("SELECT 1")) == 1
+    finally:
+        database.close()
+
+
+def test_without_a_url_the_database_is_sqlite_in_the_home(environment, tmp_path: Path) -> None:
+    assert ServerSettings.from_environment().effective_database_url == f"sqlite:///{tmp_path / 'mlyard.db'}"

@@ -3,8 +3,8 @@
 Each replica is `python -m mlyard.launcher DIR` in a session of its own, started with the
 Python that runs the server (so `python` in a job is the server's environment unless the job
 sets PATH). The launcher's pid and start time identify the replica; the files it writes
-(`started.json`, `exit.json`) say how it is doing, so a restarted server can observe replicas
-it did not start.
+(`started.json`, `exit.json`, `heartbeat`) say how it is doing, so a restarted server can
+observe replicas it did not start.
 """
 
 from __future__ import annotations
@@ -38,6 +38,9 @@ from mlyard.backends.base import (
 from mlyard.backends.gpus import local_gpus
 from mlyard.launcher import (
     EXIT_FILE,
+    HEARTBEAT_FILE,
+    HEARTBEAT_INTERVAL,
+    HEARTBEAT_TIMEOUT,
     LAUNCH_CONFIG,
     LAUNCHER_FILE,
     LAUNCHER_LOG,
@@ -58,6 +61,7 @@ ORPHAN_START_TOLERANCE = 2.0
 
 class LocalBackend(Backend):
     name = "local"
+    heartbeat_timeout = HEARTBEAT_TIMEOUT
 
     def __init__(self, *, cpus: int | None = None, memory_bytes: int | None = None,
                  gpus: tuple[GpuDescription, ...] | None = None):
@@ -156,7 +160,10 @@ class LocalBackend(Backend):
         except psutil.NoSuchProcess:
             started_at = None
         # Found again by a restarted server even if the launch was never recorded in the database.
-        write_json_atomically(replica.directory / LAUNCHER_FILE, {"pid": process.pid, "started_at": started_at})
+        # `heartbeat_interval` says this launcher beats; one started before heartbeats existed
+        # (by an older server) is judged by its pid alone.
+        write_json_atomically(replica.directory / LAUNCHER_FILE,
+                              {"pid": process.pid, "started_at": started_at, "heartbeat_interval": HEARTBEAT_INTERVAL})
         return ReplicaHandle(replica_id=replica.replica_id, pid=process.pid, pid_started_at=started_at)
 
     def _watch(self, process: subprocess.Popen) -> None:
@@ -196,6 +203,20 @@ class LocalBackend(Backend):
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             return False
 
+    def _beats_missed(self, ref: ReplicaRef) -> bool:
+        """The launcher stopped beating: frozen (SIGSTOP), stuck, or on a node that is gone,
+        whether or not its pid is still there."""
+        recorded = read_json(ref.directory / LAUNCHER_FILE)
+        if recorded is None or "heartbeat_interval" not in recorded:
+            return False
+        try:
+            last_beat = (ref.directory / HEARTBEAT_FILE).stat().st_mtime
+        except FileNotFoundError:  # not a single beat yet: the launcher has had since its start
+            last_beat = recorded.get("started_at") or ref.pid_started_at
+        except OSError:
+            return False
+        return last_beat is not None and time.time() - last_beat > self.heartbeat_timeout
+
     @staticmethod
     def _command_group(ref: ReplicaRef) -> int | None:
         """The user command's process group, if its leader is still the process the launcher
@@ -224,7 +245,7 @@ class LocalBackend(Backend):
                     state="exited", exit_code=exited["exit_code"], started_at=started_at,
                     finished_at=exited.get("finished_at"),
                 )
-            elif alive:
+            elif alive and not self._beats_missed(ref):
                 result[ref.replica_id] = ReplicaObservation(
                     state="running" if started else "pending", started_at=started_at
                 )
@@ -253,8 +274,14 @@ class LocalBackend(Backend):
                 self._kill_cgroup(ref)
 
     def _clean_up_gone(self, replicas: Sequence[ReplicaRef]) -> None:
-        """A launcher killed outright leaves its command's process group running."""
+        """A launcher killed outright leaves its command's process group running; one that
+        stopped beating (frozen) may be there still, and is killed with it."""
         for ref in replicas:
+            if not (ref.directory / EXIT_FILE).exists() and self._alive(ref):
+                try:  # SIGKILL ends a stopped process too, without it being continued first
+                    os.killpg(self._resolve(ref).pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
             command_group = self._command_group(ref)
             if command_group is not None:
                 try:

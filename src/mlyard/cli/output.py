@@ -156,15 +156,21 @@ def attempt_text(attempt: AttemptInfo) -> str:
     ran = duration((attempt.finished_at or time.time()) - attempt.launched_at) if attempt.launched_at else "-"
     if attempt.finished_at is None:
         state = "stopping" if attempt.stop_reason else "running"
+    elif attempt.stop_outcome is JobStatus.RESTARTING:
+        state = "FAILED, restarted"
     else:
         state = attempt.stop_outcome.value if attempt.stop_outcome else "finished"
     text = f"#{attempt.number}  ran {ran}  {state}"
+    if attempt.exit_code is not None:
+        text += f"  exit {attempt.exit_code}"
     return f"{text}: {attempt.stop_reason}" if attempt.stop_reason else text
 
 
 def print_job_detail(job: JobDetail) -> None:
     console.print(f"[bold]Job {job.id}[/] {escape(job.name)}  {status_text(job.status)}")
-    if job.status is JobStatus.QUEUED and job.wait_reason:
+    if job.status is JobStatus.RESTARTING and job.restart_at is not None and job.restart_at > time.time():
+        console.print(f"[magenta]Restarting[/] in {duration(job.restart_at - time.time())}", highlight=False)
+    if job.status in (JobStatus.QUEUED, JobStatus.RESTARTING) and job.wait_reason:
         console.print(f"[yellow]Waiting:[/] {escape(job.wait_reason)}", highlight=False)
     rows = [
         ("command", job.spec.display_command()),
@@ -176,6 +182,8 @@ def print_job_detail(job: JobDetail) -> None:
     ]
     if job.attempt_count:
         rows.append(("service", service_text(job)))
+    if job.restart_count:
+        rows.append(("restarts", f"{job.restart_count} of {job.spec.restart_policy.max_restarts}"))
     if job.preemption_count:
         rows.append(("preempted", f"{job.preemption_count} time{'s' if job.preemption_count > 1 else ''}"))
     if job.exit_code is not None:

@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Optional
+from typing import Annotated
 
+import httpx
 import typer
 
 from mlyard.cli.output import errors
 
 server_app = typer.Typer(help="Start, stop and inspect the mlyard server.", no_args_is_help=True)
 
-HostOption = Annotated[Optional[str], typer.Option(help="address to listen on (default 127.0.0.1, MLYARD_HOST)")]
-PortOption = Annotated[Optional[int], typer.Option(help="port to listen on (default 8642, MLYARD_PORT)")]
+HostOption = Annotated[str | None, typer.Option(help="address to listen on (default 127.0.0.1, MLYARD_HOST)")]
+PortOption = Annotated[int | None, typer.Option(help="port to listen on (default 8642, MLYARD_PORT)")]
 
 
 @server_app.command("run")
@@ -54,7 +55,14 @@ def status() -> None:
 
     current = state(Paths(home_directory()))
     if current.running:
-        errors.print(f"mlyard server running at {current.url} (pid {current.pid})")
+        role = ""
+        if current.url:
+            try:
+                health = httpx.get(f"{current.url}/api/v1/health", timeout=2).json()
+                role = f", controller: {health.get('controller', 'leader')}"
+            except (httpx.HTTPError, ValueError):
+                role = ", not answering"
+        errors.print(f"mlyard server running at {current.url} (pid {current.pid}{role})")
     else:
         errors.print("mlyard server is not running")
         raise typer.Exit(1)

@@ -9,14 +9,16 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from sqlalchemy.exc import OperationalError
 
 from mlyard import __version__
 from mlyard.api_models import ErrorBody, FieldError, Health, field_errors, summarize
 from mlyard.backends.base import Backend
 from mlyard.errors import MlyardError
-from mlyard.server import auth
+from mlyard.server import auth, failures
 from mlyard.server.controller import Controller
 from mlyard.server.db import Database
+from mlyard.server.leadership import Leadership, lease_for
 from mlyard.server.routers import jobs, nodes, queues, snapshots
 from mlyard.server.settings import ServerSettings
 from mlyard.storage import BlobStore
@@ -38,8 +40,17 @@ async def _mlyard_error(_request: Request, error: MlyardError) -> JSONResponse:
     return JSONResponse(status_code=error.http_status, content=body.model_dump(), headers=headers)
 
 
+async def _infrastructure_error(request: Request, error: Exception) -> JSONResponse:
+    translated = failures.as_user_error(error)
+    if translated is None:
+        raise error
+    log.warning("%s %s: %s", request.method, request.url.path, translated.message)
+    return await _mlyard_error(request, translated)
+
+
 def create_app(settings: ServerSettings, *, backend: Backend | None = None) -> FastAPI:
-    """The server's application; the lifespan migrates the database and runs the controller."""
+    """The server's application; the lifespan migrates the database and runs the controller
+    while this server leads the servers sharing its database (`leadership.py`)."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -50,15 +61,19 @@ def create_app(settings: ServerSettings, *, backend: Backend | None = None) -> F
         auth.ensure_admin(database, settings.paths.admin_token)
         blobs = BlobStore(settings.paths.blobs)
         chosen = backend or LocalBackend(cpus=settings.node_cpus, memory_bytes=settings.node_memory)
-        controller = Controller(database=database, backend=chosen, settings=settings, blobs=blobs)
-        app.state.database, app.state.blobs, app.state.controller = database, blobs, controller
-        app.state.settings = settings
-        controller.start()
-        log.info("mlyard %s serving %s with the %s backend", __version__, settings.url, chosen.name)
+        # A controller stops for good, so each time this server becomes the leader gets a new one.
+        leadership = Leadership(lease_for(database.url), lambda: Controller(
+            database=database, backend=chosen, settings=settings, blobs=blobs))
+        # Routers only wake the controller: leadership forwards that while leading.
+        app.state.database, app.state.blobs, app.state.controller = database, blobs, leadership
+        app.state.settings, app.state.leadership = settings, leadership
+        leadership.start()
+        log.info("mlyard %s serving %s with the %s backend (controller: %s)", __version__, settings.url,
+                 chosen.name, leadership.role)
         try:
             yield
         finally:
-            controller.stop()
+            leadership.stop()
             database.close()
 
     app = FastAPI(
@@ -72,11 +87,15 @@ def create_app(settings: ServerSettings, *, backend: Backend | None = None) -> F
     )
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(MlyardError, _mlyard_error)
+    app.add_exception_handler(OperationalError, _infrastructure_error)
+    app.add_exception_handler(OSError, _infrastructure_error)
 
     @app.get(f"{API_PREFIX}/health", response_model=Health, tags=["health"])
-    def health() -> Health:
+    def health(request: Request) -> Health:
         """Answers without a token: for probes and for `mlyard server start` to wait on."""
-        return Health(status="ok", version=__version__)
+        leadership = request.app.state.leadership
+        return Health(status="ok", version=__version__, controller=leadership.role,
+                      adopted=getattr(leadership.controller, "adopted", None))
 
     for router in (jobs.router, nodes.router, queues.router, snapshots.router):
         app.include_router(router, prefix=API_PREFIX)

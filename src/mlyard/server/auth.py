@@ -20,7 +20,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from mlyard.errors import Forbidden, Unauthorized
-from mlyard.server.db import Database
+from mlyard.server.db import Database, insert_if_absent
 from mlyard.server.rows import ApiTokenRow, UserRow
 
 TOKEN_PREFIX = "mly_"
@@ -77,13 +77,13 @@ def _write_private(path: Path, text: str) -> None:
 
 def ensure_admin(database: Database, token_file: Path) -> None:
     """Creates the admin user and its token file when missing. A lost token file gets a new
-    token (the old one cannot be recovered from its hash), so the local CLI always works."""
+    token (the old one cannot be recovered from its hash), so the local CLI always works.
+    Servers sharing a database have homes of their own: each home gets a token of its own for
+    the one admin user, and every such token works on all of them."""
     with database.transaction() as session:
+        # Servers sharing a database may start at the same moment: one of them creates the user.
+        insert_if_absent(session, UserRow, unique=["name"], name="admin", is_admin=True, created_at=time.time())
         admin = session.scalar(select(UserRow).where(UserRow.name == "admin"))
-        if admin is None:
-            admin = UserRow(name="admin", is_admin=True, created_at=time.time())
-            session.add(admin)
-            session.flush()
         if token_file.exists():
             stored = token_file.read_text().strip()
             row = session.scalar(select(ApiTokenRow).where(ApiTokenRow.token_hash == hash_token(stored)))

@@ -12,7 +12,9 @@ its resources are not free. A stop is *requested* when `stop_requested_at` is se
 takes `stop_outcome` once no replica is left. A stop with outcome `PREEMPTED` comes from the
 scheduler (a preemption, or a resize carried out as a checkpoint-restart): once no replica is
 left the job goes `PREEMPTED → QUEUED` and its next attempt resumes from the job's checkpoint
-directory, which outlives attempts. Until its SIGTERM goes out, such a stop gives way to
+directory, which outlives attempts. A failed attempt of a job with restarts left stops the
+same way with outcome `RESTARTING`: the job then waits out its backoff (`restart_at`) and is
+scheduled again as a new attempt. Until its SIGTERM goes out, such a stop gives way to
 whatever the attempt does on its own (fail, succeed, be cancelled); after it, only a
 cancellation still changes the outcome.
 """
@@ -25,7 +27,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from sqlalchemy import select
+from sqlalchemy import ColumnElement, and_, func, or_, select
 from sqlalchemy.orm import Session, selectinload
 
 from mlyard.backends.base import (
@@ -95,6 +97,21 @@ def _scheduler_stop_unsignalled(attempt: AttemptRow) -> bool:
     return attempt.stop_outcome == JobStatus.PREEMPTED.value and attempt.stop_signalled_at is None
 
 
+def _schedulable(now: float) -> ColumnElement[bool]:
+    """Jobs the scheduler may start: queued ones, and restarting ones whose backoff is over."""
+    return or_(JobRow.status == JobStatus.QUEUED.value,
+               and_(JobRow.status == JobStatus.RESTARTING.value, JobRow.restart_at <= now))
+
+
+def _lock_jobs(session: Session, job_ids: set[int]) -> None:
+    """PostgreSQL runs a cancel beside a pass: the jobs a pass may change are locked and read
+    again under the lock, so a cancel committed meanwhile is seen, not overwritten. (SQLite's
+    BEGIN IMMEDIATE already serializes the two.)"""
+    if job_ids:
+        session.scalars(select(JobRow).where(JobRow.id.in_(sorted(job_ids))).order_by(JobRow.id)
+                        .with_for_update().execution_options(populate_existing=True)).all()
+
+
 def _holding_attempts(session: Session) -> list[AttemptRow]:
     return list(
         session.scalars(
@@ -119,6 +136,8 @@ class Controller:
         self._wake = threading.Event()
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
+        self.adopted: int | None = None
+        """Replicas found running when this controller started; None until it has looked."""
 
     # ----------------------------------------------------------------- lifecycle
     def start(self) -> None:
@@ -127,8 +146,20 @@ class Controller:
         self.backend.notify = self.wake
         record_nodes(self.database, self.backend.name, self.backend.nodes())
         self._settle_unlaunched_attempts()
+        self._adopt()
         self._thread = threading.Thread(target=self._loop, name="mlyard-controller", daemon=True)
         self._thread.start()
+
+    def _adopt(self) -> None:
+        """Observes the replicas earlier servers left running before anything else happens, so
+        that `adopted` (shown by the health check) says when running jobs are under control again."""
+        with self.database.transaction() as session:
+            references = [_ref(replica) for attempt in _holding_attempts(session)
+                          if attempt.launched_at is not None for replica in attempt.replicas]
+        observations = self.backend.observe(references) if references else {}
+        self.adopted = sum(observation.state in ("pending", "running") for observation in observations.values())
+        if self.adopted:
+            log.info("adopted %d running replicas", self.adopted)
 
     def stop(self) -> None:
         self._stopping.set()
@@ -162,7 +193,13 @@ class Controller:
         acted = self._schedule(time.time())
         # Exits of replicas this server started wake the loop at once (backend.notify); the
         # tick covers the rest: starts, stops in progress, replicas of a previous server.
-        return self.settings.busy_tick_seconds if transient or acted else self.settings.idle_tick_seconds
+        delay = self.settings.busy_tick_seconds if transient or acted else self.settings.idle_tick_seconds
+        with self.database.transaction() as session:
+            restart_at = session.scalar(
+                select(func.min(JobRow.restart_at)).where(JobRow.status == JobStatus.RESTARTING.value))
+        if restart_at is not None:  # a backoff that ends before the tick is not waited out longer
+            delay = max(0.0, min(delay, restart_at - time.time()))
+        return delay
 
     def _apply_observations(
         self, observations: dict[int, ReplicaObservation], now: float
@@ -170,7 +207,9 @@ class Controller:
         stops: list[_Stop] = []
         transient = False
         with self.database.transaction() as session:
-            for attempt in _holding_attempts(session):
+            attempts = _holding_attempts(session)
+            _lock_jobs(session, {attempt.job_id for attempt in attempts})
+            for attempt in attempts:
                 if attempt.launched_at is None:
                     continue
                 lost = self._record_replicas(attempt, observations, now)
@@ -231,7 +270,16 @@ class Controller:
             else:
                 reason = f"replica {failed.name} (rank {failed.rank}) exited with code {failed.exit_code}"
             job.exit_code = failed.exit_code
-            self._request_stop(attempt, JobStatus.FAILED, reason, now)
+            policy = spec.restart_policy
+            restarts = job.restart_count or 0
+            if restarts < policy.max_restarts:
+                # The whole gang stops and starts again: ranks cannot rejoin a broken collective.
+                reason += f"; restart {restarts + 1} of {policy.max_restarts}"
+                self._request_stop(attempt, JobStatus.RESTARTING, reason, now)
+            else:
+                if policy.max_restarts:
+                    reason += f"; no restarts left ({policy.max_restarts} used)"
+                self._request_stop(attempt, JobStatus.FAILED, reason, now)
         elif spec.max_runtime is not None and now - attempt.launched_at > spec.max_runtime:
             self._request_stop(attempt, JobStatus.FAILED, f"exceeded its max_runtime of {spec.max_runtime:g}s", now)
         elif all_gone:
@@ -250,12 +298,22 @@ class Controller:
     @staticmethod
     def _finish_stop(session: Session, attempt: AttemptRow, now: float) -> None:
         """No replica of a stopping attempt is left: the job takes the stop's outcome. A
-        preempted job is queued again, unless it was cancelled meanwhile (the cancel wins)."""
+        preempted job is queued again and a failed one with restarts left waits out its
+        backoff, unless it was cancelled meanwhile (the cancel wins)."""
         _end_attempt(attempt, now)
         job = attempt.job
         outcome, reason = JobStatus(attempt.stop_outcome), attempt.stop_reason
-        if outcome is JobStatus.PREEMPTED and job.cancel_requested_at is not None:
+        if outcome in (JobStatus.PREEMPTED, JobStatus.RESTARTING) and job.cancel_requested_at is not None:
             outcome, reason = JobStatus.CANCELLED, "cancelled by request"
+        if outcome is JobStatus.RESTARTING:
+            delay = JobSpec.model_validate(job.spec).restart_policy.backoff(job.restart_count or 0)
+            job.restart_count = (job.restart_count or 0) + 1
+            job.restart_at = now + delay
+            job.wait_reason = None
+            switch_status(session, job, JobStatus.RESTARTING, message=f"{reason}, after a backoff of {delay:g}s",
+                          now=now)
+            auth.revoke_job_tokens(session, job.id)  # the next attempt gets a token of its own
+            return
         if outcome is not JobStatus.PREEMPTED:
             switch_status(session, job, outcome, message=reason, now=now)
             return
@@ -272,7 +330,7 @@ class Controller:
         with self.database.transaction() as session:
             queued = session.scalars(
                 select(JobRow)
-                .where(JobRow.status == JobStatus.QUEUED.value)
+                .where(_schedulable(now))
                 .options(selectinload(JobRow.owner))
                 .order_by(JobRow.submitted_at, JobRow.id)
             ).all()
@@ -309,7 +367,7 @@ class Controller:
                 reason = f"resize to {size} replica{'' if size == 1 else 's'}: {resize.reason}"
                 stopped |= self._stop_for_scheduler(session, resize.job_id, reason, now)
             waiting = session.scalars(
-                select(JobRow).where(JobRow.id.in_(list(decisions.waiting)), JobRow.status == JobStatus.QUEUED.value)
+                select(JobRow).where(JobRow.id.in_(list(decisions.waiting)), _schedulable(now))
             ) if decisions.waiting else ()
             for job in waiting:
                 reason = decisions.waiting[job.id]
@@ -335,11 +393,12 @@ class Controller:
         now = time.time()
         with self.database.transaction() as session:
             job = session.get(JobRow, decision.job_id, with_for_update=True)
-            if job is None or JobStatus(job.status) is not JobStatus.QUEUED:
+            if job is None or JobStatus(job.status) not in (JobStatus.QUEUED, JobStatus.RESTARTING):
                 return
             spec = JobSpec.model_validate(job.spec)
             job.attempt_count += 1
             job.wait_reason = None
+            job.restart_at = None
             attempt = AttemptRow(job_id=job.id, number=job.attempt_count, created_at=now, master_port=master_port)
             session.add(attempt)
             session.flush()
@@ -365,6 +424,7 @@ class Controller:
             switch_status(session, job, JobStatus.SCHEDULED, message=_start_text(decision, spec), now=now)
             checkpoint_directory = self.settings.paths.checkpoint_directory(job.id)
             context = JobContext(job_id=job.id, attempt=attempt.number, api_url=self.settings.url, token=token,
+                                 restart_count=attempt.number - 1,
                                  checkpoint_directory=str(checkpoint_directory), master_port=master_port)
             environments = replica_environments(spec, slots, context)
             roles = {role.name: role for role in spec.roles}
@@ -410,6 +470,7 @@ class Controller:
         """Ends an attempt that never ran: its job fails (or is cancelled, if that was asked)."""
         with self.database.transaction() as session:
             attempt = session.get(AttemptRow, attempt_id)
+            session.get(JobRow, attempt.job_id, with_for_update=True, populate_existing=True)
             now = time.time()
             _end_attempt(attempt, now)
             for replica in attempt.replicas:

@@ -2,20 +2,42 @@
 
 `Database.open()` applies the Alembic migrations up to head before anything else touches
 the schema, so a server always runs against the schema its code expects.
+
+Two databases are supported: SQLite (embedded mode, one machine) and PostgreSQL through
+psycopg 3 (`postgresql+psycopg://…`; `postgresql://` and `postgres://` mean the same).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import Engine, create_engine, event, make_url, text
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session, sessionmaker
 
 MIGRATIONS = Path(__file__).with_name("migrations")
+POSTGRES_DRIVER = "postgresql+psycopg"
+# Any 64-bit number no other application of the database is likely to use for an advisory lock.
+MIGRATION_LOCK_KEY = 0x6D6C79617264_01  # "mlyard", 1
+
+
+def normalize_url(url: str) -> str:
+    """Plain PostgreSQL URLs (as Heroku, docker images and libpq users write them) get the
+    psycopg 3 driver, the only PostgreSQL driver mlyard depends on; SQLAlchemy would pick
+    psycopg2 for `postgresql://` and no longer knows `postgres://` at all."""
+    scheme, separator, rest = url.partition("://")
+    if separator and scheme in ("postgres", "postgresql"):
+        return f"{POSTGRES_DRIVER}://{rest}"
+    return url
+
+
+def is_postgres(url: str) -> bool:
+    return normalize_url(url).startswith("postgresql")
 
 
 def _sqlite_pragmas(dbapi_connection, _record) -> None:
@@ -27,7 +49,8 @@ def _sqlite_pragmas(dbapi_connection, _record) -> None:
     cursor.execute("PRAGMA journal_mode=WAL")
     cursor.execute("PRAGMA busy_timeout=10000")
     cursor.execute("PRAGMA foreign_keys=ON")
-    cursor.execute("PRAGMA synchronous=NORMAL")
+    # FULL: a job answered 201 survives a power loss too, not only a crash of the server.
+    cursor.execute("PRAGMA synchronous=FULL")
     cursor.close()
 
 
@@ -38,31 +61,55 @@ def _sqlite_begin(connection) -> None:
     connection.exec_driver_sql("BEGIN IMMEDIATE")
 
 
+def insert_if_absent(session: Session, row_class: type, *, unique: Sequence[str] = (), **values: Any) -> None:
+    """Inserts a row unless one with the same key (the primary key, or the `unique` columns)
+    exists, without an error either way. On PostgreSQL two transactions may both see no row and
+    both insert, and the second would fail on the key; SQLite's BEGIN IMMEDIATE serializes them,
+    but the statement suits both."""
+    table = row_class.__table__
+    insert = postgresql.insert if session.get_bind().dialect.name == "postgresql" else sqlite.insert
+    keys = list(unique) or [column.name for column in table.primary_key.columns]
+    session.execute(insert(table).values(**values).on_conflict_do_nothing(index_elements=keys))
+
+
 def make_engine(url: str) -> Engine:
+    url = normalize_url(url)
     if url.startswith("sqlite"):
         engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 10})
         event.listen(engine, "connect", _sqlite_pragmas)
         event.listen(engine, "begin", _sqlite_begin)
         return engine
-    return create_engine(url, pool_pre_ping=True)
+    # libpq would wait minutes for an unreachable host; a request should fail (503) in seconds.
+    # Settings the URL gives itself win.
+    defaults = {"connect_timeout": 10, "application_name": "mlyard"}
+    connect_args = {name: value for name, value in defaults.items() if name not in make_url(url).query}
+    # A server outlives database restarts and failovers: a pooled connection that died meanwhile
+    # is replaced before use instead of failing the request or the controller's pass.
+    return create_engine(url, pool_pre_ping=True, connect_args=connect_args)
 
 
 def migrate(engine: Engine) -> None:
     config = Config()
     config.set_main_option("script_location", str(MIGRATIONS))
     with engine.begin() as connection:
+        if connection.dialect.name == "postgresql":
+            # Servers sharing a database may start together: without this both would create the
+            # same tables, and one would fail. The second waits, then finds the schema at head.
+            # (On SQLite, BEGIN IMMEDIATE serializes the migration transactions already.)
+            connection.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": MIGRATION_LOCK_KEY})
         config.attributes["connection"] = connection
         command.upgrade(config, "head")
 
 
 class Database:
     def __init__(self, url: str):
-        self.url = url
-        self.engine = make_engine(url)
+        self.url = normalize_url(url)
+        self.engine = make_engine(self.url)
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
 
     @classmethod
     def open(cls, url: str) -> Database:
+        url = normalize_url(url)
         if url.startswith("sqlite:///"):
             Path(url.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
         database = cls(url)

@@ -8,7 +8,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import JSON, BigInteger, Boolean, Float, ForeignKey, Index, Integer, String, Text
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Text,
+    UniqueConstraint,
+)
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
 
@@ -73,6 +84,10 @@ class JobRow(Base):
     wait_reason: Mapped[str | None] = mapped_column(Text, nullable=True)
     """Why the scheduler did not start it in the latest round; cleared when it starts."""
     preemption_count: Mapped[int] = mapped_column(Integer, default=0)
+    restart_count: Mapped[int] = mapped_column(Integer, default=0)
+    """Restarts after failures so far; `spec.restart_policy.max_restarts` bounds it."""
+    restart_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    """While RESTARTING: when the backoff ends and the job may be scheduled again."""
 
     owner: Mapped[UserRow | None] = relationship()
     attempts: Mapped[list[AttemptRow]] = relationship(
@@ -190,6 +205,23 @@ class QueueRow(Base):
     weight: Mapped[float] = mapped_column(Float, default=1.0)
     created_at: Mapped[float] = mapped_column(Float)
     updated_at: Mapped[float] = mapped_column(Float)
+
+
+class IdempotencyKeyRow(Base):
+    """A submission made with an `Idempotency-Key` header: a retry with the same key (by the
+    same caller) gets the job it created instead of a second one."""
+
+    __tablename__ = "idempotency_keys"
+    __table_args__ = (UniqueConstraint("caller", "key", name="uq_idempotency_keys_caller_key"),
+                      Index("ix_idempotency_keys_created_at", "created_at"))
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    caller: Mapped[str] = mapped_column(String(160))
+    key: Mapped[str] = mapped_column(String(255))
+    request_sha256: Mapped[str] = mapped_column(String(64))
+    """Of the request body: the same key with another body is an error, not a replay."""
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id"))
+    created_at: Mapped[float] = mapped_column(Float)
 
 
 class SnapshotRow(Base):

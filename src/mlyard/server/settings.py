@@ -32,6 +32,10 @@ class ServerSettings:
     host: str = DEFAULT_HOST
     port: int = DEFAULT_PORT
     database_url: str | None = None
+    """MLYARD_DATABASE_URL; None: SQLite at `MLYARD_HOME/mlyard.db`. PostgreSQL is
+    `postgresql+psycopg://user:password@host:port/database`; `postgresql://` and `postgres://`
+    URLs are accepted too and get the psycopg driver (`db.normalize_url`). Servers sharing one
+    database elect one of them to run the controller (`leadership.py`)."""
     node_cpus: int | None = None
     """Cores the local node offers to jobs (the first N the server may run on); None: all."""
     node_memory: int | None = None

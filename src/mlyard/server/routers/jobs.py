@@ -2,24 +2,47 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Path, Query, status
+from fastapi import APIRouter, Header, Path, Query, Response, status
 
 from mlyard.api_models import ErrorBody, JobDetail, JobInfo, LogChunk
-from mlyard.server.routers.dependencies import DatabaseDependency, PrincipalDependency, WakeDependency
+from mlyard.server.routers.dependencies import (
+    DatabaseDependency,
+    PrincipalDependency,
+    WakeDependency,
+)
 from mlyard.server.services import jobs, logs
 from mlyard.spec import JobSpec, JobStatus
 
 router = APIRouter(prefix="/jobs", tags=["jobs"])
-# Bounded so an absurd id or offset is a 422, not an overflow deep in the database driver.
-JobId = Annotated[int, Path(ge=1, le=2**62, description="the job's id")]
+# Bounded so an absurd id or offset is a 422, not an overflow deep in the database driver: job
+# ids are INTEGER columns, 32 bits on PostgreSQL.
+JobId = Annotated[int, Path(ge=1, le=2**31 - 1, description="the job's id")]
 MAX_OFFSET = 2**62
 ERRORS = {401: {"model": ErrorBody}, 404: {"model": ErrorBody}, 422: {"model": ErrorBody}}
 
 
-@router.post("", status_code=status.HTTP_201_CREATED, response_model=JobInfo, responses=ERRORS)
-def submit_job(spec: JobSpec, database: DatabaseDependency, caller: PrincipalDependency, wake: WakeDependency) -> JobInfo:
-    """Queues a job. It starts when the scheduler finds room for all its replicas at once."""
-    return jobs.submit(database, caller, spec, wake=wake)
+@router.post("", status_code=status.HTTP_201_CREATED, response_model=JobInfo,
+             responses={**ERRORS, 409: {"model": ErrorBody}, 507: {"model": ErrorBody}})
+def submit_job(
+    spec: JobSpec,
+    database: DatabaseDependency,
+    caller: PrincipalDependency,
+    wake: WakeDependency,
+    response: Response,
+    idempotency_key: Annotated[str | None, Header(
+        min_length=1, max_length=255, pattern=r"^[\x21-\x7e]+$",
+        description="makes retries safe: a repeated request with the same key (and spec) returns the job the "
+        "first created, with the header Idempotent-Replayed: true; keys are kept 24 hours",
+    )] = None,
+) -> JobInfo:
+    """Queues a job. It starts when the scheduler finds room for all its replicas at once.
+    The job is stored durably before the answer is sent."""
+    if idempotency_key is None:
+        return jobs.submit(database, caller, spec, wake=wake)
+    submission = jobs.submit_with_key(database, caller, spec, idempotency_key, wake=wake)
+    if submission.replayed:
+        response.headers["Idempotent-Replayed"] = "true"
+    return submission.job
 
 
 @router.get("", response_model=list[JobInfo], responses=ERRORS)

@@ -6,10 +6,14 @@ controller's work, which `submit` and `cancel` wake through the `wake` callback.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
-from sqlalchemy import select
+from sqlalchemy import delete, select
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, selectinload
 
 from mlyard.api_models import AttemptInfo, EventInfo, JobDetail, JobInfo, ReplicaInfo
@@ -32,6 +36,7 @@ from mlyard.server.cluster import (
 from mlyard.server.db import Database
 from mlyard.server.rows import (
     AttemptRow,
+    IdempotencyKeyRow,
     JobEventRow,
     JobRow,
     NodeRow,
@@ -41,6 +46,15 @@ from mlyard.server.rows import (
 from mlyard.spec import JobSpec, JobStatus, can_transition
 
 LOG_TAIL_LINES = 20
+IDEMPOTENCY_KEY_LIFETIME = 24 * 3600.0
+"""A retry later than this with the same key creates a new job."""
+
+
+@dataclass(frozen=True)
+class Submission:
+    job: JobInfo
+    replayed: bool
+    """True when an earlier request with the same Idempotency-Key created the job."""
 
 
 def switch_status(
@@ -63,14 +77,66 @@ def switch_status(
     session.add(JobEventRow(job_id=job.id, at=now, from_status=current.value, to_status=target.value, message=message))
 
 
-def submit(
-    database: Database, principal: auth.Principal, spec: JobSpec, *, wake: Callable[[], None]
-) -> JobInfo:
+def _caller(principal: auth.Principal) -> str:
+    if principal.job_id is not None:
+        return f"job:{principal.job_id}"
+    return f"user:{principal.user_id}" if principal.user_id is not None else f"principal:{principal.name}"
+
+
+def _replay(session: Session, caller: str, key: str, digest: str) -> JobInfo | None:
+    """The job an earlier request with this key created, if any."""
+    earlier = session.scalar(select(IdempotencyKeyRow).where(
+        IdempotencyKeyRow.caller == caller, IdempotencyKeyRow.key == key,
+        IdempotencyKeyRow.created_at >= time.time() - IDEMPOTENCY_KEY_LIFETIME))
+    if earlier is None:
+        return None
+    if earlier.request_sha256 != digest:
+        raise Conflict(f"Idempotency-Key {key!r} was used for a different job (job {earlier.job_id}); "
+                       "use a new key for a new submission", field="headers.Idempotency-Key")
+    return job_info(session.get(JobRow, earlier.job_id))
+
+
+def submit(database: Database, principal: auth.Principal, spec: JobSpec, *, wake: Callable[[], None]) -> JobInfo:
+    """Stores the job QUEUED; it is durable once this returns."""
     auth.authorize(principal, auth.Action.WRITE)
+    info = _insert(database, principal, spec, None)
+    wake()
+    return info
+
+
+def submit_with_key(
+    database: Database, principal: auth.Principal, spec: JobSpec, idempotency_key: str, *, wake: Callable[[], None]
+) -> Submission:
+    """`submit`, except that a retry of the same request (same caller, key and spec) returns
+    the job the first one created instead of creating another."""
+    auth.authorize(principal, auth.Action.WRITE)
+    caller = _caller(principal)
+    digest = hashlib.sha256(json.dumps(spec.model_dump(mode="json"), sort_keys=True).encode()).hexdigest()
+    with database.transaction() as session:
+        replayed = _replay(session, caller, idempotency_key, digest)
+    if replayed is not None:
+        return Submission(job=replayed, replayed=True)
+    try:
+        info = _insert(database, principal, spec, (caller, idempotency_key, digest))
+    except IntegrityError:
+        # A concurrent request with the same key committed first (PostgreSQL lets both get this far).
+        with database.transaction() as session:
+            replayed = _replay(session, caller, idempotency_key, digest)
+        if replayed is None:
+            raise
+        return Submission(job=replayed, replayed=True)
+    wake()
+    return Submission(job=info, replayed=False)
+
+
+def _insert(database: Database, principal: auth.Principal, spec: JobSpec,
+            key: tuple[str, str, str] | None) -> JobInfo:
     with database.transaction() as session:
         if spec.snapshot is not None and session.get(SnapshotRow, spec.snapshot) is None:
             raise NotFound(f"snapshot {spec.snapshot[:12]} is not on the server; upload it first", field="snapshot")
-        if spec.queue != DEFAULT_QUEUE and session.get(QueueRow, spec.queue) is None:
+        # A shared lock: a queue deleted meanwhile (which locks the row) cannot end up holding this job.
+        queue = session.scalar(select(QueueRow).where(QueueRow.name == spec.queue).with_for_update(read=True))
+        if spec.queue != DEFAULT_QUEUE and queue is None:
             names = sorted({DEFAULT_QUEUE, *session.scalars(select(QueueRow.name))})
             raise InvalidRequest(f"queue {spec.queue!r} does not exist; the queues are: {', '.join(names)}",
                                  field="queue")
@@ -96,8 +162,14 @@ def submit(
         session.flush()
         session.add(JobEventRow(job_id=job.id, at=now, from_status=None, to_status=JobStatus.QUEUED.value,
                                 message=f"submitted by {principal.name}"))
+        if key is not None:
+            caller, value, digest = key
+            # An expired row would make the unique (caller, key) pair refuse a legitimate reuse.
+            session.execute(delete(IdempotencyKeyRow).where(
+                IdempotencyKeyRow.created_at < now - IDEMPOTENCY_KEY_LIFETIME))
+            session.add(IdempotencyKeyRow(caller=caller, key=value, request_sha256=digest, job_id=job.id,
+                                          created_at=now))
         info = job_info(job)
-    wake()
     return info
 
 
@@ -156,7 +228,7 @@ def cancel(database: Database, principal: auth.Principal, job_id: int, *, wake: 
         status = JobStatus(job.status)
         if status.is_terminal:
             raise Conflict(f"job {job_id} has already ended ({status.value})")
-        if status in (JobStatus.QUEUED, JobStatus.PREEMPTED):
+        if status in (JobStatus.QUEUED, JobStatus.PREEMPTED, JobStatus.RESTARTING):
             switch_status(session, job, JobStatus.CANCELLED, message=f"cancelled by {principal.name}")
         elif job.cancel_requested_at is None:
             job.cancel_requested_at = time.time()
@@ -190,12 +262,24 @@ def job_info(job: JobRow, *, now: float | None = None) -> JobInfo:
         submitted_at=job.submitted_at,
         started_at=job.started_at,
         finished_at=job.finished_at,
-        wait_reason=job.wait_reason if job.status == JobStatus.QUEUED.value else None,
+        wait_reason=job.wait_reason if job.status in (JobStatus.QUEUED.value, JobStatus.RESTARTING.value) else None,
         attained_service=service,
         attained_time=run_time,
         preemption_count=job.preemption_count or 0,
+        restart_count=job.restart_count or 0,
+        restart_at=job.restart_at if job.status == JobStatus.RESTARTING.value else None,
         spec=spec,
     )
+
+
+def _attempt_exit_code(attempt: AttemptRow) -> int | None:
+    """The code of the replica that failed first (the others mostly die of the stop that
+    followed), or 0 when every replica exited 0."""
+    ended = [replica for replica in attempt.replicas if replica.exit_code is not None]
+    failed = [replica for replica in ended if replica.exit_code != 0]
+    if failed:
+        return min(failed, key=lambda replica: (replica.finished_at or float("inf"), replica.rank)).exit_code
+    return 0 if ended and len(ended) == len(attempt.replicas) else None
 
 
 def attempt_info(attempt: AttemptRow) -> AttemptInfo:
@@ -208,6 +292,7 @@ def attempt_info(attempt: AttemptRow) -> AttemptInfo:
         stop_reason=attempt.stop_reason,
         stop_outcome=JobStatus(attempt.stop_outcome) if attempt.stop_outcome else None,
         master_port=attempt.master_port,
+        exit_code=_attempt_exit_code(attempt),
         replicas=[
             ReplicaInfo(
                 name=replica.name,

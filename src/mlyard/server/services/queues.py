@@ -25,7 +25,7 @@ from mlyard.api_models import (
 from mlyard.errors import Conflict, NotFound
 from mlyard.server import auth
 from mlyard.server.cluster import DEFAULT_QUEUE
-from mlyard.server.db import Database
+from mlyard.server.db import Database, insert_if_absent
 from mlyard.server.rows import AttemptRow, JobRow, QueueRow
 from mlyard.spec import TERMINAL_STATUSES, JobStatus
 
@@ -118,10 +118,11 @@ def set_queue(database: Database, principal: auth.Principal, name: str, settings
     given = settings.model_fields_set
     with database.transaction() as session:
         now = time.time()
-        row = session.get(QueueRow, name)
-        if row is None:
-            row = QueueRow(name=name, project=settings.project, weight=settings.weight, created_at=now)
-            session.add(row)
+        # Created, if new, and locked before it is read: two administrators setting one queue at
+        # once on PostgreSQL then apply their changes one after the other instead of one failing.
+        insert_if_absent(session, QueueRow, name=name, project=settings.project, weight=settings.weight,
+                         created_at=now, updated_at=now)
+        row = session.get(QueueRow, name, with_for_update=True)
         if "project" in given:
             row.project = settings.project
         if "weight" in given:
@@ -145,7 +146,8 @@ def delete_queue(database: Database, principal: auth.Principal, name: str, *, wa
     if name == DEFAULT_QUEUE:
         raise Conflict("the default queue cannot be deleted; change its quota with PUT instead")
     with database.transaction() as session:
-        row = session.get(QueueRow, name)
+        # Locked while its jobs are counted, so a concurrent set_queue waits for the answer.
+        row = session.get(QueueRow, name, with_for_update=True)
         if row is None:
             raise NotFound(f"queue {name!r} does not exist")
         jobs = session.scalars(

@@ -8,9 +8,15 @@ from collections.abc import Iterable
 from mlyard.api_models import SnapshotInfo
 from mlyard.errors import MlyardError, NotFound, PayloadTooLarge
 from mlyard.server import auth
-from mlyard.server.db import Database
+from mlyard.server.db import Database, insert_if_absent
 from mlyard.server.rows import SnapshotRow
-from mlyard.storage import DEFAULT_MAX_SNAPSHOT_BYTES, BlobStore, SnapshotError, SnapshotTooLarge, validate_archive
+from mlyard.storage import (
+    DEFAULT_MAX_SNAPSHOT_BYTES,
+    BlobStore,
+    SnapshotError,
+    SnapshotTooLarge,
+    validate_archive,
+)
 
 
 class InvalidSnapshot(MlyardError):
@@ -38,8 +44,9 @@ def store_snapshot(
     except SnapshotError as error:
         raise InvalidSnapshot(f"snapshot rejected: {error}") from error
     with database.transaction() as session:
-        if session.get(SnapshotRow, digest) is None:
-            session.add(SnapshotRow(digest=digest, size=size, created_at=time.time(), uploaded_by=principal.user_id))
+        # The same code is often uploaded by parallel submissions (a CI matrix): the first row stays.
+        insert_if_absent(session, SnapshotRow, digest=digest, size=size, created_at=time.time(),
+                         uploaded_by=principal.user_id)
     return SnapshotInfo(digest=digest, size=size)
 
 

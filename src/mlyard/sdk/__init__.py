@@ -1,0 +1,9 @@
+"""What a job imports to work with the platform (`from mlyard.sdk import checkpoint`).
+
+It runs inside the user's training processes, so importing it must stay cheap: no server
+code, and heavy libraries (torch) only when a call needs them.
+"""
+
+from mlyard.sdk import checkpoint
+
+__all__ = ["checkpoint"]
