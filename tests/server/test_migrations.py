@@ -10,7 +10,7 @@ from alembic import command
 from alembic.config import Config
 from sqlalchemy import inspect, select, text
 
-from mlyard.server.db import MIGRATIONS, Database, make_engine
+from mlyard.server.db import MIGRATIONS, SCHEMA_REVISION, Database, current_revision, make_engine
 from mlyard.server.rows import Base, JobEventRow, JobRow, QueueRow
 
 
@@ -110,3 +110,18 @@ def test_servers_starting_together_on_an_empty_database_both_get_the_schema(data
     finally:
         for database in opened:
             database.close()
+
+
+def test_the_revision_a_database_is_opened_at_without_alembic_is_alembic_head(database_url: str) -> None:
+    from alembic.script import ScriptDirectory
+
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS))
+    assert ScriptDirectory.from_config(config).get_current_head() == SCHEMA_REVISION
+    migrate_to(database_url, "0002")
+    Database.open(database_url).close()  # below head: migrated
+    engine = make_engine(database_url)
+    try:
+        assert current_revision(engine) == SCHEMA_REVISION
+    finally:
+        engine.dispose()

@@ -18,7 +18,6 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
 import psutil
 
 from mlyard.config import Paths
@@ -104,10 +103,12 @@ def start_background(settings: ServerSettings) -> ServerState:
     _prepare_home(paths)
     with open(paths.server_log, "ab") as log_file:
         process = subprocess.Popen(
-            [sys.executable, "-m", "mlyard", "server", "run", "--host", settings.host, "--port", str(settings.port)],
+            [sys.executable, "-m", "mlyard.server", "--host", settings.host, "--port", str(settings.port)],
             stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True,
             env={**os.environ, "MLYARD_HOME": str(paths.home)},
         )
+    import httpx  # here, not at the top: the server process itself starts faster without it
+
     deadline = time.monotonic() + START_TIMEOUT
     while time.monotonic() < deadline:
         if process.poll() is not None:
@@ -118,7 +119,7 @@ def start_background(settings: ServerSettings) -> ServerState:
                 return ServerState(running=True, pid=process.pid, url=settings.url)
         except httpx.TransportError:
             pass
-        time.sleep(0.2)
+        time.sleep(0.05)
     process.terminate()
     raise MlyardError(f"the server did not answer within {START_TIMEOUT:.0f}s; see {paths.server_log}")
 
