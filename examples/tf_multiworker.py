@@ -197,11 +197,13 @@ def main() -> int:
     test_ds = make_dataset(x_test, y_test, global_batch, shuffle_seed=None)
 
     steps_per_epoch = len(x_train) // global_batch
-    # Unlike digits_ddp.py this example does not resume from checkpoints: it runs
-    # in a TensorFlow environment that has no mlyard (so no mlyard.sdk), and
-    # Keras has its own mechanism for multi-worker jobs, which a job that needs
-    # it adds to model.fit's callbacks:
-    #   tf.keras.callbacks.BackupAndRestore(os.path.join(checkpoint_dir, "backup"))
+    # A restarted or preempted attempt resumes at the epoch it had reached. This
+    # runs in a TensorFlow environment without mlyard (so without mlyard.sdk);
+    # Keras' own BackupAndRestore keeps the state in the job's checkpoint
+    # directory, which outlives attempts, and removes it once fit() completes.
+    backup_dir = os.path.join(
+        os.environ.get("MLYARD_CHECKPOINT_DIR") or "checkpoints", "backup"
+    )
     with strategy.scope():
         model = build_model()
     model.fit(
@@ -209,7 +211,10 @@ def main() -> int:
         epochs=args.epochs,
         steps_per_epoch=steps_per_epoch,
         verbose=0,
-        callbacks=[EpochLog(args.epochs)],
+        callbacks=[
+            tf.keras.callbacks.BackupAndRestore(backup_dir),
+            EpochLog(args.epochs),
+        ],
     )
     loss, accuracy = model.evaluate(test_ds, verbose=0)
 
