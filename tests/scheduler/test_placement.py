@@ -234,3 +234,26 @@ def test_unschedulable_reason_when_totals_fit_but_packing_does_not():
     nodes = [node("a", 3), node("b", 3)]
     reason = unschedulable_reason(nodes, workers(3, cpu=2))
     assert reason is not None and "packed" in reason
+
+
+def test_search_memo_forgets_nodes_that_get_room_back():
+    # The first search of a 4-core replica skips the full node-a; once a's cores are back,
+    # the tie between a, b and c goes to a again, as on a fresh view.
+    nodes = [node("a", 4), node("b", 4), node("c", 4)]
+    free = FreeResources.from_nodes(nodes)
+    hog = (ReplicaPlacement("hog", 0, "a", (0, 1, 2, 3), (), GIB),)
+    free.reserve(hog)
+    assert place_gang(free, workers(1, cpu=4))[0].node == "b"
+    free.release(hog)
+    assert place_gang(free, workers(1, cpu=4))[0].node == "a"
+
+
+def test_search_memo_forgets_positions_when_a_node_leaves_its_gpu_bucket():
+    # node-a cannot hold the replica (no cores) and is skipped; when its GPU is taken it moves
+    # to another bucket, and b (now first in its old bucket) must still be found.
+    nodes = [node("a", 8, gpus=2), node("b", 8, gpus=2), node("c", 8, gpus=2)]
+    free = FreeResources.from_nodes(nodes)
+    free.reserve((ReplicaPlacement("cpu", 0, "a", tuple(range(8)), (), GIB),))
+    assert place_gang(free, workers(1, cpu=4, gpu=1))[0].node == "b"
+    free.reserve((ReplicaPlacement("gpu", 0, "a", (), (0,), GIB),))
+    assert place_gang(free, workers(1, cpu=4, gpu=1))[0].node == "b"

@@ -161,9 +161,9 @@ def attempt_text(attempt: AttemptInfo) -> str:
     else:
         state = attempt.stop_outcome.value if attempt.stop_outcome else "finished"
     text = f"#{attempt.number}  ran {ran}  {state}"
-    if attempt.exit_code is not None:
-        text += f"  exit {attempt.exit_code}"
-    return f"{text}: {attempt.stop_reason}" if attempt.stop_reason else text
+    if attempt.stop_reason:
+        text += f": {attempt.stop_reason}"
+    return text if attempt.exit_code is None else f"{text}  (exit {attempt.exit_code})"
 
 
 def print_job_detail(job: JobDetail) -> None:

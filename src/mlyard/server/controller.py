@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from sqlalchemy import ColumnElement, and_, func, or_, select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session, selectinload
 
 from mlyard.backends.base import (
@@ -41,7 +41,16 @@ from mlyard.backends.base import (
 from mlyard.rendezvous import JobContext, ReplicaSlot, replica_environments
 from mlyard.scheduler import ClusterSnapshot, Decisions, StartJob, decide
 from mlyard.server import auth
-from mlyard.server.cluster import attempt_run_time, service_rate
+from mlyard.server.attempts import (
+    GONE,
+    end_attempt,
+    holding_attempts,
+    lock_jobs,
+    replica_reference,
+    schedulable,
+    scheduler_stop_unsignalled,
+    start_text,
+)
 from mlyard.server.cluster import snapshot as cluster_snapshot
 from mlyard.server.db import Database
 from mlyard.server.rows import AttemptRow, JobRow, NodeRow, QueueRow, ReplicaRow
@@ -53,7 +62,6 @@ from mlyard.storage import BlobStore
 
 log = logging.getLogger("mlyard.controller")
 
-GONE = ("exited", "lost")
 REQUEUED = "requeued; resumes from its checkpoint"
 
 
@@ -61,66 +69,6 @@ REQUEUED = "requeued; resumes from its checkpoint"
 class _Stop:
     replicas: list[ReplicaRef]
     force: bool
-
-
-def _ref(replica: ReplicaRow) -> ReplicaRef:
-    from pathlib import Path
-
-    return ReplicaRef(replica_id=replica.id, node=replica.node, directory=Path(replica.directory),
-                      pid=replica.pid, pid_started_at=replica.pid_started_at)
-
-
-def _start_text(decision: StartJob, spec: JobSpec) -> str:
-    """The SCHEDULED event: why the scheduler chose the job (if it said) and where it runs."""
-    parts = []
-    for placement in decision.placements:
-        text = f"{placement.role}-{placement.index} on {placement.node} cpus {','.join(map(str, placement.cpu_ids))}"
-        if placement.gpu_ids:
-            text += f" gpus {','.join(map(str, placement.gpu_ids))}"
-        parts.append(text)
-    placed = "placed " + "; ".join(parts)
-    if spec.elastic is not None:
-        placed = f"{len(decision.placements)} of {spec.elastic.max_replicas} replicas {placed}"
-    return f"{decision.reason}; {placed}" if decision.reason else placed
-
-
-def _end_attempt(attempt: AttemptRow, now: float) -> None:
-    """Marks the attempt finished and adds what it consumed to its job's attained service."""
-    attempt.finished_at = now
-    run_time = attempt_run_time(attempt, now)
-    job = attempt.job
-    job.attained_time = (job.attained_time or 0.0) + run_time
-    job.attained_service = (job.attained_service or 0.0) + service_rate(attempt.replicas) * run_time
-
-
-def _scheduler_stop_unsignalled(attempt: AttemptRow) -> bool:
-    return attempt.stop_outcome == JobStatus.PREEMPTED.value and attempt.stop_signalled_at is None
-
-
-def _schedulable(now: float) -> ColumnElement[bool]:
-    """Jobs the scheduler may start: queued ones, and restarting ones whose backoff is over."""
-    return or_(JobRow.status == JobStatus.QUEUED.value,
-               and_(JobRow.status == JobStatus.RESTARTING.value, JobRow.restart_at <= now))
-
-
-def _lock_jobs(session: Session, job_ids: set[int]) -> None:
-    """PostgreSQL runs a cancel beside a pass: the jobs a pass may change are locked and read
-    again under the lock, so a cancel committed meanwhile is seen, not overwritten. (SQLite's
-    BEGIN IMMEDIATE already serializes the two.)"""
-    if job_ids:
-        session.scalars(select(JobRow).where(JobRow.id.in_(sorted(job_ids))).order_by(JobRow.id)
-                        .with_for_update().execution_options(populate_existing=True)).all()
-
-
-def _holding_attempts(session: Session) -> list[AttemptRow]:
-    return list(
-        session.scalars(
-            select(AttemptRow)
-            .where(AttemptRow.finished_at.is_(None))
-            .options(selectinload(AttemptRow.replicas), selectinload(AttemptRow.job).selectinload(JobRow.owner))
-            .order_by(AttemptRow.id)
-        )
-    )
 
 
 class Controller:
@@ -154,7 +102,7 @@ class Controller:
         """Observes the replicas earlier servers left running before anything else happens, so
         that `adopted` (shown by the health check) says when running jobs are under control again."""
         with self.database.transaction() as session:
-            references = [_ref(replica) for attempt in _holding_attempts(session)
+            references = [replica_reference(replica) for attempt in holding_attempts(session)
                           if attempt.launched_at is not None for replica in attempt.replicas]
         observations = self.backend.observe(references) if references else {}
         self.adopted = sum(observation.state in ("pending", "running") for observation in observations.values())
@@ -184,7 +132,7 @@ class Controller:
     def reconcile_once(self) -> float:
         """One pass; returns how long to sleep before the next unless woken."""
         with self.database.transaction() as session:
-            references = [_ref(replica) for attempt in _holding_attempts(session)
+            references = [replica_reference(replica) for attempt in holding_attempts(session)
                           if attempt.launched_at is not None for replica in attempt.replicas]
         observations = self.backend.observe(references) if references else {}
         stops, transient = self._apply_observations(observations, time.time())
@@ -207,8 +155,8 @@ class Controller:
         stops: list[_Stop] = []
         transient = False
         with self.database.transaction() as session:
-            attempts = _holding_attempts(session)
-            _lock_jobs(session, {attempt.job_id for attempt in attempts})
+            attempts = holding_attempts(session)
+            lock_jobs(session, {attempt.job_id for attempt in attempts})
             for attempt in attempts:
                 if attempt.launched_at is None:
                     continue
@@ -221,7 +169,7 @@ class Controller:
                     attempt.running_at = now
                     switch_status(session, job, JobStatus.RUNNING, now=now)
                 all_gone = all(r.state in GONE for r in replicas)
-                if attempt.stop_requested_at is None or _scheduler_stop_unsignalled(attempt):
+                if attempt.stop_requested_at is None or scheduler_stop_unsignalled(attempt):
                     self._judge(session, attempt, all_gone, now)
                 if attempt.finished_at is None and attempt.stop_requested_at is not None:
                     if all_gone:
@@ -232,7 +180,7 @@ class Controller:
                         # SIGTERM once; SIGKILL on every pass after the deadline until all are gone.
                         if force or attempt.stop_signalled_at is None:
                             attempt.stop_signalled_at = attempt.stop_signalled_at or now
-                            stops.append(_Stop(replicas=[_ref(r) for r in replicas if r.state not in GONE],
+                            stops.append(_Stop(replicas=[replica_reference(r) for r in replicas if r.state not in GONE],
                                                force=force))
                 elif JobStatus(job.status) is JobStatus.STARTING:
                     transient = True
@@ -254,7 +202,7 @@ class Controller:
                 replica.exit_code = observation.exit_code
                 replica.finished_at = observation.finished_at or now
             if observation.state == "lost":
-                lost.append(_ref(replica))
+                lost.append(replica_reference(replica))
         return lost
 
     def _judge(self, session: Session, attempt: AttemptRow, all_gone: bool, now: float) -> None:
@@ -283,7 +231,7 @@ class Controller:
         elif spec.max_runtime is not None and now - attempt.launched_at > spec.max_runtime:
             self._request_stop(attempt, JobStatus.FAILED, f"exceeded its max_runtime of {spec.max_runtime:g}s", now)
         elif all_gone:
-            _end_attempt(attempt, now)
+            end_attempt(attempt, now)
             job.exit_code = 0
             switch_status(session, job, JobStatus.SUCCEEDED, now=now)
 
@@ -300,7 +248,7 @@ class Controller:
         """No replica of a stopping attempt is left: the job takes the stop's outcome. A
         preempted job is queued again and a failed one with restarts left waits out its
         backoff, unless it was cancelled meanwhile (the cancel wins)."""
-        _end_attempt(attempt, now)
+        end_attempt(attempt, now)
         job = attempt.job
         outcome, reason = JobStatus(attempt.stop_outcome), attempt.stop_reason
         if outcome in (JobStatus.PREEMPTED, JobStatus.RESTARTING) and job.cancel_requested_at is not None:
@@ -330,11 +278,11 @@ class Controller:
         with self.database.transaction() as session:
             queued = session.scalars(
                 select(JobRow)
-                .where(_schedulable(now))
+                .where(schedulable(now))
                 .options(selectinload(JobRow.owner))
                 .order_by(JobRow.submitted_at, JobRow.id)
             ).all()
-            holding = _holding_attempts(session)
+            holding = holding_attempts(session)
             # Running jobs alone matter too: an elastic job may be grown into idle capacity.
             if not queued and not holding:
                 return False
@@ -367,7 +315,7 @@ class Controller:
                 reason = f"resize to {size} replica{'' if size == 1 else 's'}: {resize.reason}"
                 stopped |= self._stop_for_scheduler(session, resize.job_id, reason, now)
             waiting = session.scalars(
-                select(JobRow).where(JobRow.id.in_(list(decisions.waiting)), _schedulable(now))
+                select(JobRow).where(JobRow.id.in_(list(decisions.waiting)), schedulable(now))
             ) if decisions.waiting else ()
             for job in waiting:
                 reason = decisions.waiting[job.id]
@@ -421,7 +369,7 @@ class Controller:
             session.flush()
             token = auth.issue_token(session, name=f"job {job.id} attempt {attempt.number}", user_id=job.owner_id,
                                      job_id=job.id)
-            switch_status(session, job, JobStatus.SCHEDULED, message=_start_text(decision, spec), now=now)
+            switch_status(session, job, JobStatus.SCHEDULED, message=start_text(decision, spec), now=now)
             checkpoint_directory = self.settings.paths.checkpoint_directory(job.id)
             context = JobContext(job_id=job.id, attempt=attempt.number, api_url=self.settings.url, token=token,
                                  restart_count=attempt.number - 1,
@@ -472,7 +420,7 @@ class Controller:
             attempt = session.get(AttemptRow, attempt_id)
             session.get(JobRow, attempt.job_id, with_for_update=True, populate_existing=True)
             now = time.time()
-            _end_attempt(attempt, now)
+            end_attempt(attempt, now)
             for replica in attempt.replicas:
                 if replica.state not in GONE:
                     replica.state, replica.finished_at = "lost", now
@@ -497,8 +445,8 @@ class Controller:
         """An attempt with no recorded launch was interrupted by a server stop between
         scheduling and launching: whatever it may have started is killed, and its job fails."""
         with self.database.transaction() as session:
-            unlaunched = [(attempt.id, [_ref(replica) for replica in attempt.replicas])
-                          for attempt in _holding_attempts(session) if attempt.launched_at is None]
+            unlaunched = [(attempt.id, [replica_reference(replica) for replica in attempt.replicas])
+                          for attempt in holding_attempts(session) if attempt.launched_at is None]
         for attempt_id, references in unlaunched:
             self.backend.stop(references, force=True)
             self._abandon(attempt_id, "the server stopped while this job was being started")
