@@ -6,7 +6,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from mlyard.scheduler import (
@@ -20,6 +20,7 @@ from mlyard.scheduler import (
     ReplicaRequest,
     Resize,
     StartJob,
+    decide,
     place_gang,
     unschedulable_reason,
 )
@@ -259,15 +260,36 @@ trace_jobs = st.lists(
 )
 
 
+# Queue a borrowed what queue b was entitled to; b reclaimed it, a took the freed capacity
+# again with its next job, and so on forever.
+RECLAIM_LIVELOCK = [
+    (62, 695, 1, "c", 1), (103, 855, 4, "a", 0), (73, 662, 4, "b", 1), (184, 62, 16, "a", 2), (103, 716, 12, "a", 1),
+    (367, 749, 16, "c", 0), (208, 785, 1, "c", 0), (165, 350, 4, "a", 2), (452, 681, 2, "a", 1), (419, 582, 4, "c", 1),
+    (397, 857, 4, "a", 2), (12, 468, 1, "b", 2), (46, 557, 4, "a", 0), (493, 360, 4, "c", 1), (135, 732, 4, "b", 2),
+    (424, 848, 1, "a", 2), (196, 715, 8, "a", 0), (228, 652, 16, "b", 2), (581, 895, 12, "a", 1), (581, 428, 1, "a", 1),
+    (65, 265, 2, "b", 2), (498, 574, 1, "a", 1), (333, 319, 16, "a", 1), (192, 561, 1, "c", 0),
+]
+MAX_ROUNDS = 5000
+
+
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(rows=trace_jobs, policy=st.sampled_from(POLICIES), quotas=st.sampled_from(["none", "equal"]))
+@example(rows=RECLAIM_LIVELOCK, policy="fifo", quotas="equal")
 def test_every_policy_finishes_every_job_without_overcommitting(rows, policy, quotas):
     jobs = sorted((TraceJob(k + 1, float(at), float(length), gpus, tenant, priority=priority)
                    for k, (at, length, gpus, tenant, priority) in enumerate(rows)),
                   key=lambda job: (job.submitted_at, job.job_id))
     nodes = synthetic_nodes(jobs, 16, 4)
     options = EngineOptions(policy=policy, tick=30, requeue_interval=60, gpus_per_node=4, check_every_round=True)
-    result = simulate(jobs, nodes, options, queues=queues([job.tenant for job in jobs], nodes, quotas))
+    rounds = 0
+
+    def bounded(snapshot: ClusterSnapshot, now: float) -> Decisions:
+        nonlocal rounds
+        rounds += 1
+        assert rounds <= MAX_ROUNDS, f"{policy} is still deciding at t={now:.0f}s: a livelock"
+        return decide(snapshot, now)
+
+    result = simulate(jobs, nodes, options, queues=queues([job.tenant for job in jobs], nodes, quotas), decide=bounded)
     assert len(result.outcomes) == len(jobs)  # nothing here exceeds 16 GPUs
     assert max(result.busy_gpus) <= 16 and min(result.busy_gpus) >= 0 and result.busy_gpus[-1] == 0
     for outcome in result.outcomes:

@@ -13,7 +13,6 @@ from .snapshot import (
     ReplicaPlacement,
     ReplicaRequest,
     Resize,
-    RunningJob,
     StartJob,
 )
 from .state import Reservation, RoundState
@@ -27,18 +26,17 @@ def reserve(state: RoundState, job: PendingJob, gang: Sequence[ReplicaRequest]) 
         if run.job_id in state.taken:
             continue
         end = math.inf if run.max_runtime is None else run.started_at + run.max_runtime
-        ends.append((end, run.job_id, run))
-    pending = {job.job_id: job for job in state.snapshot.pending}
+        ends.append((end, run.job_id, run.placements))
+    pending = state.pending_by_id()
     for start in state.starts:  # started earlier in this round
         limit = pending[start.job_id].max_runtime
-        ends.append((math.inf if limit is None else state.now + limit, start.job_id,
-                     RunningJob(start.job_id, start.placements)))
+        ends.append((math.inf if limit is None else state.now + limit, start.job_id, start.placements))
     ends.sort(key=lambda item: (item[0], item[1]))
     shadow = math.inf
     placements = None
     need = request_amounts(gang)
-    for end, _, run in ends:
-        trial.release(run.placements)
+    for end, _, held in ends:
+        trial.release(held)
         totals = trial.totals()
         if math.isinf(end) and placements is None:
             shadow = math.inf
@@ -94,6 +92,7 @@ def add_replicas(state: RoundState, queue: str, user: str,
         if placement is None:
             break
         state.free.reserve(placement)
+        state.version += 1
         if state.future is not None:
             state.future.take_available(placement)
         state.book.add(queue, user, amounts)

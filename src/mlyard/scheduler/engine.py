@@ -18,7 +18,7 @@ from .preemption import try_preemption, victim_pool
 from .quotas import QueueBook, held_amounts, request_amounts
 from .reasons import count_of, duration_text, job_list, never_fits, resource_reason
 from .resources import FreeResources
-from .snapshot import ClusterSnapshot, Decisions, PendingJob, ReplicaRequest
+from .snapshot import Amounts, ClusterSnapshot, Decisions, PendingJob, ReplicaRequest
 from .state import RoundState
 
 
@@ -26,39 +26,45 @@ def decide_round(snapshot: ClusterSnapshot, now: float) -> Decisions:
     config = snapshot.config
     policy = POLICY_TABLE[config.policy]
     state = RoundState(snapshot, now, policy, config, FreeResources.from_snapshot(snapshot), QueueBook(snapshot))
-    ordered = policy.order(snapshot.pending, state.book, now, config)
+    jobs, classes = policy.order(snapshot.pending, state.book, now, config)
+    # Gang shapes are nested tuples, hashed anew on every lookup; the round's memos key
+    # them by a small number instead (one hash per job here, none later).
+    shape_ids: dict[tuple, int] = {}
+    shapes = [shape_ids.setdefault(job.shape, len(shape_ids)) for job in jobs]
+    remaining = state.remaining = [0] * len(shape_ids)
+    for shape in shapes:
+        remaining[shape] += 1
+    state.open_shapes = len(shape_ids)
     head: PendingJob | None = None
     waiting_ahead = 0
     class_of_run = math.nan
     waiting_in_class = 0
-    for job in snapshot.pending:
-        state.remaining[job.shape] = state.remaining.get(job.shape, 0) + 1
-    state.open_shapes = len(state.remaining)
     reclaim_possible = any(queue.quota is not None for queue in snapshot.queues)
-    for position, (job, klass) in enumerate(ordered):
+    if reclaim_possible:
+        _note_entitled(state, jobs, shapes)
+    strict = policy.strict
+    for position, (job, klass, shape) in enumerate(zip(jobs, classes, shapes)):
         if head is not None or (position % 16 == 0 and _exhausted(state, reclaim_possible, klass)):
             # Strict FIFO's first job in line is blocked, or nothing pending fits any more
             # and no preemption is left to try: the rest waits and only needs its reasons,
             # which are cheap to give in bulk.
-            _explain_rest(state, ordered[position:], head, waiting_ahead, class_of_run, waiting_in_class)
+            _explain_rest(state, jobs[position:], classes[position:], shapes[position:], head, waiting_ahead,
+                          class_of_run, waiting_in_class)
             break
         if klass != class_of_run:
             class_of_run, waiting_in_class = klass, 0
-        outcome = _consider(state, job, klass, head, waiting_ahead - waiting_in_class)
-        state.passed(job.shape)
+        outcome = _consider(state, job, klass, shape, waiting_ahead - waiting_in_class)
+        remaining[shape] -= 1  # a shape with no job left to come no longer counts as open
+        if remaining[shape] == 0 and shape not in state.failed_now:
+            state.open_shapes -= 1
         if outcome != "started":
             waiting_ahead += 1
             waiting_in_class += 1
-            if policy.strict and head is None and outcome == "blocked":
+            if strict and head is None and outcome == "blocked":
                 head = job
     if state.resource_waiters == 0:
         grow_elastic(state)
-    texts: dict[tuple, str] = {}
-    for job_id, shape, gang, suffix in state.deferred:
-        text = texts.get(shape)
-        if text is None:
-            text = texts[shape] = resource_reason(state, gang)
-        state.waiting[job_id] = text + suffix
+    _word_deferred(state)
     return Decisions(
         starts=tuple(state.starts),
         preemptions=tuple(state.preemptions.values()),
@@ -67,37 +73,53 @@ def decide_round(snapshot: ClusterSnapshot, now: float) -> Decisions:
     )
 
 
-def _explain_rest(state: RoundState, rest: Sequence[tuple[PendingJob, float]], head: PendingJob | None,
-                  waiting_ahead: int, class_of_run: float, waiting_in_class: int) -> None:
-    state.resource_waiters += 1
-    config, book = state.config, state.book
-    if not config.explain:
-        return
+def _word_deferred(state: RoundState) -> None:
+    # Worded once the round is over: the reason describes what is left free then.
+    # Jobs of one class all have the same number of better jobs ahead, so most texts
+    # repeat: each is built once per shape and count.
+    texts: dict[int, dict[int, str]] = {}  # shape -> jobs ahead -> text
     phrase = state.policy.ahead_phrase
-    for job, klass in rest:
+    waiting = state.waiting
+    tails = state.deferred_tails
+    deferred = zip(state.deferred_jobs, state.deferred_shapes, state.deferred_ahead, strict=True)
+    for index, (job, shape, better_ahead) in enumerate(deferred):
+        by_ahead = texts.get(shape)
+        if by_ahead is None:
+            by_ahead = texts[shape] = {0: resource_reason(state, job.smallest_gang)}
+        text = by_ahead.get(better_ahead)
+        if text is None:
+            reason = by_ahead[0]
+            text = by_ahead[better_ahead] = (
+                f"{reason}; behind {count_of(better_ahead, 'job')} {phrase}" if better_ahead > 0 else reason)
+        waiting[job.job_id] = text + tails[index] if index in tails else text
+
+
+def _explain_rest(state: RoundState, jobs: Sequence[PendingJob], classes: Sequence[float], shapes: Sequence[int],
+                  head: PendingJob | None, waiting_ahead: int, class_of_run: float, waiting_in_class: int) -> None:
+    state.resource_waiters += 1
+    if not state.config.explain:
+        return
+    waiting = state.waiting
+    if head is not None:
+        behind_head = f"behind job {head.job_id}, first in line and waiting for resources"
+        for job in jobs:
+            waiting[job.job_id] = behind_head
+        return
+    for job, klass, shape in zip(jobs, classes, shapes, strict=True):
         if klass != class_of_run:
             class_of_run, waiting_in_class = klass, 0
         better_ahead = waiting_ahead - waiting_in_class
         waiting_ahead += 1
         waiting_in_class += 1
-        if head is not None:
-            state.waiting[job.job_id] = f"behind job {head.job_id}, first in line and waiting for resources"
-            continue
-        gang = job.smallest_gang
-        shape = job.shape
-        demand = state.demands.get(shape)
-        if demand is None:
-            demand = state.demands[shape] = request_amounts(gang)
-        quota = book.over_quota(job.queue, demand)
+        quota = _over_quota(state, job, shape)
         if quota is not None:
-            state.waiting[job.job_id] = quota
+            waiting[job.job_id] = quota
             continue
-        never = never_fits(state, gang, demand, shape)
+        never = never_fits(state, job.smallest_gang, _demand(state, job, shape), shape)
         if never is not None:
-            state.waiting[job.job_id] = f"can never run on this cluster: {never}"
+            waiting[job.job_id] = f"can never run on this cluster: {never}"
             continue
-        suffix = f"; behind {count_of(better_ahead, 'job')} {phrase}" if better_ahead > 0 else ""
-        state.deferred.append((job.job_id, shape, gang, suffix))
+        state.defer(job, shape, better_ahead)
 
 
 def _exhausted(state: RoundState, reclaim_possible: bool, klass: float) -> bool:
@@ -116,7 +138,61 @@ def _exhausted(state: RoundState, reclaim_possible: bool, klass: float) -> bool:
     return not pool or klass >= state.top_victim_class
 
 
-def _quickly_blocked(state: RoundState, job: PendingJob, klass: float, shape: tuple) -> bool:
+def _demand(state: RoundState, job: PendingJob, shape: int) -> Amounts:
+    demand = state.demands.get(shape)
+    if demand is None:
+        demand = state.demands[shape] = request_amounts(job.smallest_gang)
+    return demand
+
+
+def _over_quota(state: RoundState, job: PendingJob, shape: int) -> str | None:
+    # The answer for a queue and a shape holds until that queue's usage changes.
+    queue = job.queue
+    stamp = state.book.queue_versions.get(queue, 0)
+    key = (queue, shape)
+    known = state.quota_answers.get(key)
+    if known is not None and known[0] == stamp:
+        return known[1]
+    quota = state.book.over_quota(queue, _demand(state, job, shape))
+    state.quota_answers[key] = (stamp, quota)
+    return quota
+
+
+def _note_entitled(state: RoundState, jobs: Sequence[PendingJob], shapes: Sequence[int]) -> None:
+    smallest: dict[str, tuple[float, float, float]] = {}
+    seen: set[tuple[str, int]] = set()
+    for job, shape in zip(jobs, shapes, strict=True):
+        if (job.queue, shape) in seen or state.book.queue(job.queue).quota is None:
+            continue
+        seen.add((job.queue, shape))
+        demand = _demand(state, job, shape)
+        key = (demand.gpu, demand.cpu, demand.memory)
+        if job.queue not in smallest or key < smallest[job.queue]:
+            smallest[job.queue] = key
+            state.entitled[job.queue] = demand
+
+
+def _borrows_entitled_capacity(state: RoundState, job: PendingJob, demand: Amounts) -> str | None:
+    """Why a start that makes its queue borrow must wait: the capacity it would take is what
+    a queue within its quota waits for. Borrowing it anyway only makes that queue reclaim it
+    by preemption, and the two take it from each other round after round."""
+    book = state.book
+    if book.within_nominal(job.queue, demand):
+        return None
+    claimants = [queue for queue, smallest in state.entitled.items()
+                 if queue != job.queue and book.within_nominal(queue, smallest)]
+    if not claimants:
+        return None
+    gpu, cpu, memory = state.free.totals()
+    need = [state.entitled[queue] for queue in claimants]
+    if (gpu - demand.gpu >= sum(amounts.gpu for amounts in need) - 1e-9
+            and cpu - demand.cpu >= sum(amounts.cpu for amounts in need) - 1e-9
+            and memory - demand.memory >= sum(amounts.memory for amounts in need) - 1e-9):
+        return None
+    return f"queue {job.queue} would borrow capacity that queue {', '.join(sorted(claimants))} is entitled to"
+
+
+def _quickly_blocked(state: RoundState, job: PendingJob, klass: float, shape: int) -> bool:
     """True when an earlier job of the same shape settled everything this one could try:
     it cannot fit now, cannot wait for stopping jobs, and has no preemption left to try."""
     if state.never.get(shape) is not None or (state.policy.backfill and state.reservation is None):
@@ -127,37 +203,32 @@ def _quickly_blocked(state: RoundState, job: PendingJob, klass: float, shape: tu
             or (shape, klass, job.queue) in state.failed_plans)
 
 
-def _consider(state: RoundState, job: PendingJob, klass: float, head: PendingJob | None, better_ahead: int) -> str:
+def _consider(state: RoundState, job: PendingJob, klass: float, shape: int, better_ahead: int) -> str:
     """Start, hold a spot for, or explain one pending job; returns "started", "quota" or "blocked"."""
-    policy, config = state.policy, state.config
-    gang = job.smallest_gang
-    if head is not None:  # strict FIFO: the first blocked job holds everyone behind it
-        state.waiting[job.job_id] = f"behind job {head.job_id}, first in line and waiting for resources"
-        return "blocked"
-    shape = job.shape
-    demand = state.demands.get(shape)
-    if demand is None:
-        demand = state.demands[shape] = request_amounts(gang)
-    # The quota answer for a queue and a shape holds until the book changes.
-    quota_key = (job.queue, shape)
-    known = state.quota_answers.get(quota_key)
-    if known is not None and known[0] == state.book.version:
-        quota = known[1]
-    else:
-        quota = state.book.over_quota(job.queue, demand)
-        state.quota_answers[quota_key] = (state.book.version, quota)
+    quota = _over_quota(state, job, shape)
     if quota is not None:
         state.waiting[job.job_id] = quota
         return "quota"
-    if shape in state.failed_now and _quickly_blocked(state, job, klass, shape):
+    failed = shape in state.failed_now
+    if failed and _quickly_blocked(state, job, klass, shape):
+        # Most jobs of a big queue end here: keep this path short.
         state.resource_waiters += 1
         state.waiting[job.job_id] = ""
-        if config.explain:
-            suffix = f"; behind {count_of(better_ahead, 'job')} {policy.ahead_phrase}" if better_ahead > 0 else ""
-            state.deferred.append((job.job_id, shape, gang, suffix))
+        if state.config.explain:  # state.defer(), spelled out: this runs for thousands of jobs
+            state.deferred_jobs.append(job)
+            state.deferred_shapes.append(shape)
+            state.deferred_ahead.append(better_ahead)
         return "blocked"
+    policy, config = state.policy, state.config
+    gang = job.smallest_gang
+    demand = _demand(state, job, shape)
+    if state.entitled:
+        borrowing = _borrows_entitled_capacity(state, job, demand)
+        if borrowing is not None:
+            state.waiting[job.job_id] = borrowing
+            return "quota"
     placements = None
-    if shape not in state.failed_now:
+    if not failed:
         placements = place_gang(state.free, gang, topology_key=config.topology_key)
         if placements is None:
             state.mark_failed(shape)
@@ -172,32 +243,30 @@ def _consider(state: RoundState, job: PendingJob, klass: float, head: PendingJob
             state.resource_waiters += 1
             return "blocked"
     if placements is not None:
-        state.commit_start(job, placements, "")
+        state.commit_start(job, placements, "", demand)
         return "started"
     never = never_fits(state, gang, demand, shape)
     if never is not None:
         state.waiting[job.job_id] = f"can never run on this cluster: {never}"
         return "quota"
     state.resource_waiters += 1
-    suffix = ""
-    if better_ahead > 0 and config.explain:
-        suffix = f"; behind {count_of(better_ahead, 'job')} {policy.ahead_phrase}"
     if _wait_for_stopping(state, job, gang, shape) or try_preemption(state, job, klass, gang, demand, shape):
         return "blocked"
+    tail = ""
     if policy.backfill and state.reservation is None:
         state.reservation = reserve(state, job, gang)
         if not math.isinf(state.reservation.shadow):
-            suffix += f"; first in line, reserved to start in ~{duration_text(state.reservation.shadow - state.now)}"
+            tail = f"; first in line, reserved to start in ~{duration_text(state.reservation.shadow - state.now)}"
         else:
-            suffix += "; first in line"
+            tail = "; first in line"
     # Worded once the round is over: the reason describes what is left free then.
     state.waiting[job.job_id] = ""
     if config.explain:
-        state.deferred.append((job.job_id, shape, gang, suffix))
+        state.defer(job, shape, better_ahead, tail)
     return "blocked"
 
 
-def _wait_for_stopping(state: RoundState, job: PendingJob, gang: Sequence[ReplicaRequest], shape: tuple) -> bool:
+def _wait_for_stopping(state: RoundState, job: PendingJob, gang: Sequence[ReplicaRequest], shape: int) -> bool:
     if shape in state.failed_later:
         return False
     if state.stopping_ids is None:

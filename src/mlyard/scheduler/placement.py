@@ -9,6 +9,7 @@ preemption later) shares it.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Sequence
 
 from .resources import FreeResources, NodeFree
@@ -30,7 +31,8 @@ def _demand(replica: ReplicaRequest) -> tuple[int, int, int]:
 
 
 def _fits(demand: tuple[int, int, int], capacity: Sequence[int]) -> bool:
-    return all(need <= have for need, have in zip(demand, capacity, strict=False))
+    # Spelled out: called per node and per rack, where a generator costs more than the test.
+    return demand[0] <= capacity[0] and demand[1] <= capacity[1] and demand[2] <= capacity[2]
 
 
 def place_gang(
@@ -54,13 +56,14 @@ def place_gang(
     if not replicas:
         return ()
     demands = [_demand(replica) for replica in replicas]
-    total = tuple(sum(column) for column in zip(*demands, strict=False))
+    # Most gangs are one replica, whose demand is the total: no column sums needed.
+    total = demands[0] if len(demands) == 1 else tuple(sum(column) for column in zip(*demands, strict=False))
     if not _fits(total, free.totals()):
         return None
     models = _accepted_models(replicas)
     best = _single_node(free, total, models)
     if best is not None:
-        return _bind(replicas, [best] * len(replicas))
+        return _bind_on(replicas, best)
     if len(replicas) == 1 or not _enough_gpu_slots(free, demands):
         return None
     # Across nodes each replica only needs a node of a model it accepts itself.
@@ -124,14 +127,19 @@ def _single_node(
     free: FreeResources, total: tuple[int, int, int], models: frozenset[str] | None
 ) -> NodeFree | None:
     gpus, cores, memory = total
+    # Whether a node of the bucket holds the gang; the model only matters to one asking for GPUs.
+    shape = (cores, memory, models if gpus else None)
     for count in free.gpu_counts():
         if count < gpus:
             continue
         best: NodeFree | None = None
         best_key: tuple[int, int] | None = None
         seen = 0
-        for view in free.iter_free_gpus(count):
+        known = leading = free.known_misfits(count, shape)
+        for view in free.iter_free_gpus_from(count, leading):
             if len(view.cpu_ids) < cores or view.memory_bytes < memory or not _accepts(view, models, gpus):
+                if not seen:
+                    leading += 1
                 continue
             key = (len(view.cpu_ids) - cores, view.memory_bytes - memory)
             if best_key is None or key < best_key:
@@ -139,6 +147,8 @@ def _single_node(
             seen += 1
             if seen >= _BEST_FIT_WINDOW:
                 break
+        if leading != known:
+            free.note_misfits(count, shape, leading)
         if best is not None:
             return best
     return None
@@ -146,12 +156,14 @@ def _single_node(
 
 def _topology_groups(free: FreeResources, total: tuple[int, int, int], key: str) -> Iterator[list[NodeFree]]:
     """Groups of nodes sharing label ``key`` whose free totals could hold the gang, tightest first."""
-    groups = free.groups(key)
-    if len(groups) < 2:
+    sums_by_group = free.group_sums(key)
+    if len(sums_by_group) < 2:
         return
-    fitting = sorted((tuple(sums), value) for value, (sums, _) in groups.items() if _fits(total, sums))
+    gpus, cores, memory = total  # _fits, inline: once per rack
+    fitting = sorted((tuple(sums), value) for value, sums in sums_by_group.items()
+                     if gpus <= sums[0] and cores <= sums[1] and memory <= sums[2])
     for _, value in fitting:
-        yield [free.node(name) for name in groups[value][1]]
+        yield free.group_nodes(key, value)
 
 
 def _greedy_spread(
@@ -170,11 +182,16 @@ def _greedy_spread(
     ordered = sorted(groups.items(), key=lambda item: (tuple(-x for x in item[0][0]), sorted(item[0][1] or ())))
     for (demand, models), positions in ordered:
         holds = []
+        gpus, cores, memory = demand
         for order, view in enumerate(views):
-            if not _accepts(view, models, demand[0]):
+            if not _accepts(view, models, gpus):
                 continue
             room = capacity[id(view)]
-            count = min(room[axis] // need for axis, need in enumerate(demand) if need) if any(demand) else len(positions)
+            if gpus or cores or memory:  # copies that fit, limited by each resource the replica needs
+                count = min(room[0] // gpus if gpus else math.inf, room[1] // cores if cores else math.inf,
+                            room[2] // memory if memory else math.inf)
+            else:
+                count = len(positions)
             if count > 0:
                 holds.append((count, order, view))
         remaining = len(positions)
@@ -279,6 +296,21 @@ def _spread(
 def _give_back(capacity: list[int], demand: tuple[int, int, int]) -> None:
     for axis, need in enumerate(demand):
         capacity[axis] += need
+
+
+def _bind_on(replicas: Sequence[ReplicaRequest], view: NodeFree) -> tuple[ReplicaPlacement, ...]:
+    """``_bind`` for a gang that goes whole on ``view``: the common case, without per-node offsets."""
+    cpu_at = gpu_at = 0
+    placements = []
+    for replica in replicas:
+        cores, gpus = replica.cores, replica.gpu
+        placements.append(ReplicaPlacement(
+            replica.role, replica.index, view.name, tuple(view.cpu_ids[cpu_at : cpu_at + cores]),
+            tuple(view.gpu_ids[gpu_at : gpu_at + gpus]), replica.memory_bytes,
+        ))
+        cpu_at += cores
+        gpu_at += gpus
+    return tuple(placements)
 
 
 def _bind(replicas: Sequence[ReplicaRequest], assignment: Sequence[NodeFree]) -> tuple[ReplicaPlacement, ...]:

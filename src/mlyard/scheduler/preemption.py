@@ -59,7 +59,7 @@ def victim_pool(state: RoundState) -> list[tuple[tuple[float, ...], float, Runni
 
 
 def try_preemption(state: RoundState, job: PendingJob, klass: float, gang: Sequence[ReplicaRequest], demand,
-                    shape: tuple) -> bool:
+                    shape: int) -> bool:
     memo = (shape, klass, job.queue)
     if state.plans_left <= 0 or state.attempts_left <= 0 or memo in state.failed_plans:
         return False
@@ -69,11 +69,14 @@ def try_preemption(state: RoundState, job: PendingJob, klass: float, gang: Seque
     cached = state.victim_cache.get(cache_key)
     if cached is None:
         victims = find_victims(state, job, klass, demand)
-        have = list(state.future_view().totals())
-        for victim in victims:
+        gpus, cores, memory = state.future_view().totals()
+        for victim in victims:  # thousands of running jobs: summed in place, no Amounts each
             if victim.keep is None:
-                held = held_amounts(victim.release)
-                have = [have[0] + int(held.gpu), have[1] + int(held.cpu), have[2] + int(held.memory)]
+                for placement in victim.release:
+                    gpus += len(placement.gpu_ids)
+                    cores += len(placement.cpu_ids)
+                    memory += placement.memory_bytes
+        have = [gpus, cores, memory]
         cached = state.victim_cache[cache_key] = (victims, have)
     victims, have = cached
     if not victims:

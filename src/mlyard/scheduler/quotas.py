@@ -22,6 +22,7 @@ from .snapshot import (
 )
 
 _GIB = 1 << 30
+_NOTHING = Amounts()  # frozen, so one instance serves every "no usage yet"
 
 
 def request_amounts(replicas: Sequence[ReplicaRequest]) -> Amounts:
@@ -59,8 +60,12 @@ class QueueBook:
         self._ceilings: dict[str, Amounts] = {}
         self.version = 0
         """Bumped on every change, so callers can cache answers between changes."""
+        self.queue_versions: dict[str, int] = {}
+        """The ``version`` at which each queue's usage last changed; absent: not this round."""
         self.usage: dict[str, Amounts] = {}
-        self.user_usage: dict[str, Amounts] = {}
+        # Per user [gpu, cpu, memory], added to in place: only ``order`` reads it (before any
+        # start), while every start would otherwise build a new Amounts for it.
+        self.user_usage: dict[str, list[float]] = {}
         gpus = sum(len(node.gpu_ids) for node in snapshot.nodes)
         cores = sum(len(node.cpu_ids) for node in snapshot.nodes)
         memory = sum(node.memory_bytes for node in snapshot.nodes)
@@ -78,7 +83,7 @@ class QueueBook:
                 sums[1] += cores
                 sums[2] += memory
         self.usage = {name: Amounts(*map(float, sums)) for name, sums in by_queue.items()}
-        self.user_usage = {name: Amounts(*map(float, sums)) for name, sums in by_user.items()}
+        self.user_usage = {name: [float(total) for total in sums] for name, sums in by_user.items()}
 
     def queue(self, name: str) -> Queue:
         queue = self.queues.get(name)
@@ -88,11 +93,17 @@ class QueueBook:
 
     def add(self, queue: str, user: str, amounts: Amounts) -> None:
         self.version += 1
-        self.usage[queue] = self.usage.get(queue, Amounts()) + amounts
-        self.user_usage[user] = self.user_usage.get(user, Amounts()) + amounts
+        self.queue_versions[queue] = self.version
+        self.usage[queue] = self.usage.get(queue, _NOTHING) + amounts
+        sums = self.user_usage.get(user)
+        if sums is None:
+            sums = self.user_usage[user] = [0.0, 0.0, 0.0]
+        sums[0] += amounts.gpu
+        sums[1] += amounts.cpu
+        sums[2] += amounts.memory
 
     def used(self, queue: str) -> Amounts:
-        return self.usage.get(queue, Amounts())
+        return self.usage.get(queue, _NOTHING)
 
     def over_quota(self, queue: str, demand: Amounts) -> str | None:
         """Why ``queue`` may not take ``demand`` more now, or None if it may."""
@@ -146,11 +157,20 @@ class QueueBook:
         return self.share(used, self.queue(queue).weight)
 
     def user_share(self, user: str) -> float:
-        return self.share(self.user_usage.get(user, Amounts()))
+        sums = self.user_usage.get(user)
+        return self.share(Amounts(*sums) if sums is not None else _NOTHING)
 
 
 def reclaim_victim_order(book: QueueBook, running: Iterable[RunningJob]) -> list[RunningJob]:
     """Running jobs of borrowing queues, in the order a reclaim takes them:
     lowest priority, then most recently started."""
-    borrowers = [job for job in running if not job.stopping and book.borrowing(job.queue)]
+    borrowing: dict[str, bool] = {}  # per queue, not per job: thousands of jobs share a few queues
+    borrowers = []
+    for job in running:
+        if job.stopping:
+            continue
+        if job.queue not in borrowing:
+            borrowing[job.queue] = book.borrowing(job.queue)
+        if borrowing[job.queue]:
+            borrowers.append(job)
     return sorted(borrowers, key=lambda job: (job.priority, -job.started_at, -job.job_id))

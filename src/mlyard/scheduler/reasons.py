@@ -36,7 +36,7 @@ def duration_text(seconds: float) -> str:
     return f"{seconds / 86400:.1f}d"
 
 
-def never_fits(state: RoundState, gang: Sequence[ReplicaRequest], demand, shape: tuple) -> str | None:
+def never_fits(state: RoundState, gang: Sequence[ReplicaRequest], demand, shape: int) -> str | None:
     """Why the gang cannot run even on the empty cluster (e.g. a node left), or None.
 
     Cheap checks on the cluster's largest node and totals first; the full packing
@@ -72,7 +72,9 @@ def resource_reason(state: RoundState, gang: Sequence[ReplicaRequest]) -> str:
     models = sorted({model for replica in gang if replica.gpu for model in replica.gpu_models})
     model_text = f" {' or '.join(models)}" if models else ""
     if models:
-        most_gpus = max((len(node.gpu_ids) for node in state.free.nodes if node.gpu_model in models), default=0)
+        # The fullest GPU bucket holding a node of an accepted model, not a walk over every node.
+        most_gpus = next((count for count in reversed(state.free.gpu_counts())
+                          if any(node.gpu_model in models for node in state.free.iter_free_gpus(count))), 0)
     if biggest_gpu > most_gpus:
         return f"no node with {biggest_gpu} free{model_text} {'GPU' if biggest_gpu == 1 else 'GPUs'}"
     if biggest_cores > most_cores:

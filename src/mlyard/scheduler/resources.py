@@ -10,8 +10,9 @@ than everything free is rejected without looking at any node).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Hashable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
+from itertools import islice
 
 from .snapshot import ClusterSnapshot, Labels, Node, ReplicaPlacement
 
@@ -40,6 +41,19 @@ def _without(ids: tuple[int, ...], held: list[tuple[int, ...]]) -> list[int]:
     return [resource_id for resource_id in ids if resource_id not in taken]
 
 
+def _remove_ids(free_ids: list[int], held: tuple[int, ...]) -> None:
+    """Drop ``held`` from ``free_ids`` where present, keeping the rest in order."""
+    count = len(held)
+    if not count:
+        return
+    # Placement hands out a node's lowest free ids, so a start usually takes a prefix.
+    if tuple(free_ids[:count]) == held:
+        del free_ids[:count]
+        return
+    taken = set(held)
+    free_ids[:] = [resource_id for resource_id in free_ids if resource_id not in taken]
+
+
 class FreeResources:
     """Mutable view of unallocated resources per node, iterated in node-name order.
 
@@ -57,15 +71,17 @@ class FreeResources:
         self._reindex()
 
     def _reindex(self) -> None:
-        # bucket: free GPU count -> node names (a dict used as an ordered set)
-        self._buckets: dict[int, dict[str, None]] = {}
+        # bucket: free GPU count -> node name -> the node's current record, in a stable order
+        self._buckets: dict[int, dict[str, NodeFree]] = {}
         gpus = cores = memory = 0
         for node in self._nodes.values():
-            self._buckets.setdefault(len(node.gpu_ids), {})[node.name] = None
+            self._buckets.setdefault(len(node.gpu_ids), {})[node.name] = node
             gpus += len(node.gpu_ids)
             cores += len(node.cpu_ids)
             memory += node.memory_bytes
         self._totals = [gpus, cores, memory]
+        self._counts: tuple[int, ...] | None = None  # gpu_counts(), until a bucket empties or fills
+        self._skips: dict[int, dict[Hashable, int]] = {}  # see known_misfits()
         self._group_key = ""
         self._group_of: dict[str, str] = {}
         self._group_sums: dict[str, list[int]] = {}
@@ -126,10 +142,7 @@ class FreeResources:
 
     def with_free_gpus(self, count: int) -> list[NodeFree]:
         """Nodes with exactly ``count`` free GPUs, in a stable order."""
-        names = self._buckets.get(count)
-        if not names:
-            return []
-        return [self._nodes[name] for name in names]
+        return list(self._buckets.get(count, {}).values())
 
     def nodes_with_free_gpus(self, count: int) -> int:
         """How many nodes have exactly ``count`` free GPUs."""
@@ -137,9 +150,31 @@ class FreeResources:
 
     def iter_free_gpus(self, count: int) -> Iterable[NodeFree]:
         """Like ``with_free_gpus`` without building a list (do not reserve while iterating)."""
-        nodes = self._nodes
-        for name in self._buckets.get(count, ()):
-            yield nodes[name]
+        return self._buckets.get(count, {}).values()
+
+    def iter_free_gpus_from(self, count: int, start: int) -> Iterator[NodeFree]:
+        """``iter_free_gpus(count)`` without its first ``start`` nodes (skipped in C, not one by one)."""
+        nodes = self._buckets.get(count, {}).values()
+        return islice(nodes, start, None) if start else iter(nodes)
+
+    def known_misfits(self, count: int, shape: Hashable) -> int:
+        """How many leading nodes of bucket ``count`` an earlier search found unable to hold ``shape``.
+
+        Placement scans a bucket in order for the first nodes that fit; on a busy cluster
+        CPU-only jobs wade through a hundred full nodes each. Nodes only join a bucket at
+        its end and, between releases, only lose resources, so a node that could not hold
+        a shape still cannot: the next search of the same shape starts past them. A node
+        leaving the bucket (shifting positions) or any release forgets the bucket's counts.
+        """
+        skips = self._skips.get(count)
+        return skips.get(shape, 0) if skips else 0
+
+    def note_misfits(self, count: int, shape: Hashable, leading: int) -> None:
+        """Record that the first ``leading`` nodes of bucket ``count`` cannot hold ``shape``."""
+        skips = self._skips.get(count)
+        if skips is None:
+            skips = self._skips[count] = {}
+        skips[shape] = leading
 
     def groups(self, key: str) -> dict[str, tuple[list[int], list[str]]]:
         """Nodes grouped by the value of label ``key``: ``value -> (free totals, node names)``.
@@ -147,6 +182,12 @@ class FreeResources:
         Totals are kept up to date as resources are taken and given back, so asking
         for the tightest rack that holds a gang costs the number of racks, not nodes.
         """
+        sums = self.group_sums(key)
+        return {value: (sums[value], members) for value, members in self._group_members.items()}
+
+    def group_sums(self, key: str) -> dict[str, list[int]]:
+        """Like ``groups`` but only the live totals (do not mutate): placement asks for them
+        once per multi-node gang, where building the full answer each time showed up."""
         if key != self._group_key:
             self._group_key = key
             self._group_of, self._group_sums, self._group_members = {}, {}, {}
@@ -160,11 +201,18 @@ class FreeResources:
                 sums[1] += len(node.cpu_ids)
                 sums[2] += node.memory_bytes
                 self._group_members.setdefault(value, []).append(node.name)
-        return {value: (self._group_sums[value], members) for value, members in self._group_members.items()}
+        return self._group_sums
 
-    def gpu_counts(self) -> list[int]:
+    def group_nodes(self, key: str, value: str) -> list[NodeFree]:
+        """The nodes whose label ``key`` is ``value``, in node-name order."""
+        self.group_sums(key)
+        return [self._nodes[name] for name in self._group_members.get(value, ())]
+
+    def gpu_counts(self) -> tuple[int, ...]:
         """The distinct free-GPU counts nodes have, ascending."""
-        return sorted(count for count, names in self._buckets.items() if names)
+        if self._counts is None:
+            self._counts = tuple(sorted(count for count, names in self._buckets.items() if names))
+        return self._counts
 
     def copy(self) -> FreeResources:
         """Return an independent copy.
@@ -179,6 +227,8 @@ class FreeResources:
         self._owned = set()
         clone._buckets = {count: dict(names) for count, names in self._buckets.items()}
         clone._totals = list(self._totals)
+        clone._counts = self._counts
+        clone._skips = {}
         clone._group_key = self._group_key
         clone._group_of = self._group_of  # membership never changes: shared
         clone._group_members = self._group_members
@@ -224,16 +274,15 @@ class FreeResources:
                 continue
             before = len(node.gpu_ids)
             cores_before = len(node.cpu_ids)
-            for held, free_ids in ((placement.cpu_ids, node.cpu_ids), (placement.gpu_ids, node.gpu_ids)):
-                for resource_id in held:
-                    if resource_id in free_ids:
-                        free_ids.remove(resource_id)
+            _remove_ids(node.cpu_ids, placement.cpu_ids)
+            _remove_ids(node.gpu_ids, placement.gpu_ids)
             memory = min(node.memory_bytes, placement.memory_bytes)
             node.memory_bytes -= memory
             self._account(node, before, cores_before, -memory)
 
     def release(self, placements: Iterable[ReplicaPlacement]) -> None:
         """Give the placements' resources back (ids that are already free are ignored)."""
+        self._skips.clear()  # a node that did not fit a shape may fit it now
         for placement in placements:
             node = self._writable(placement.node)
             if node is None:
@@ -255,14 +304,21 @@ class FreeResources:
         node = NodeFree(node.name, list(node.cpu_ids), list(node.gpu_ids), node.memory_bytes, node.gpu_model,
                         node.labels)
         self._nodes[name] = node
+        self._buckets[len(node.gpu_ids)][name] = node
         self._owned.add(name)
         return node
 
     def _account(self, node: NodeFree, gpus_before: int, cores_before: int, memory_delta: int) -> None:
         gpus_after = len(node.gpu_ids)
         if gpus_after != gpus_before:
-            del self._buckets[gpus_before][node.name]
-            self._buckets.setdefault(gpus_after, {})[node.name] = None
+            left = self._buckets[gpus_before]
+            del left[node.name]
+            if self._skips:
+                self._skips.pop(gpus_before, None)
+            joined = self._buckets.setdefault(gpus_after, {})
+            if not left or not joined:
+                self._counts = None
+            joined[node.name] = node
         self._totals[0] += gpus_after - gpus_before
         self._totals[1] += len(node.cpu_ids) - cores_before
         self._totals[2] += memory_delta

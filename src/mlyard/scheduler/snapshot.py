@@ -61,7 +61,9 @@ def _freeze_ids(instance: object, name: str) -> None:
 
 
 def _freeze_tuple(instance: object, name: str) -> None:
-    object.__setattr__(instance, name, tuple(getattr(instance, name)))
+    value = getattr(instance, name)
+    if type(value) is not tuple:  # the scheduler builds thousands of these from tuples already
+        object.__setattr__(instance, name, tuple(value))
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,7 +10,6 @@ work an earlier job of the same shape already did in this round.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from .config import SchedulerConfig
@@ -23,7 +22,6 @@ from .snapshot import (
     PendingJob,
     Preempt,
     ReplicaPlacement,
-    ReplicaRequest,
     Resize,
     RunningJob,
     StartJob,
@@ -73,16 +71,25 @@ class RoundState:
     resource_waiters: int = 0
     reservation: Reservation | None = None
     _capacity: tuple[int, int, int] | None = None
-    version: int = 0
+    version: int = 0  # bumped whenever ``free`` changes
+    _largest: tuple[int, tuple[int, int, int]] | None = None  # (version, largest_free())
     # Free views only shrink during a round (starts and holds take from them), so a
     # gang shape that did not fit keeps not fitting: identical gangs skip the search.
-    failed_now: set[tuple] = field(default_factory=set)
-    failed_later: set[tuple] = field(default_factory=set)
+    # Shapes are numbered per round (see ``engine.decide_round``).
+    failed_now: set[int] = field(default_factory=set)
+    failed_later: set[int] = field(default_factory=set)
     failed_plans: set[tuple] = field(default_factory=set)
     stopping_ids: list[int] | None = None
-    never: dict[tuple, str | None] = field(default_factory=dict)
-    demands: dict[tuple, Amounts] = field(default_factory=dict)
-    deferred: list[tuple[int, tuple, Sequence[ReplicaRequest], str]] = field(default_factory=list)
+    never: dict[int, str | None] = field(default_factory=dict)
+    demands: dict[int, Amounts] = field(default_factory=dict)
+    # Per queue with a quota: the smallest demand among its pending jobs. A queue within its
+    # quota may reclaim, so capacity it needs is not idle capacity others may borrow.
+    entitled: dict[str, Amounts] = field(default_factory=dict)
+    # Jobs waiting for resources, worded at the end (see ``defer``).
+    deferred_jobs: list[PendingJob] = field(default_factory=list)
+    deferred_shapes: list[int] = field(default_factory=list)
+    deferred_ahead: list[int] = field(default_factory=list)
+    deferred_tails: dict[int, str] = field(default_factory=dict)
     eligible: dict[float, tuple[int, list]] = field(default_factory=dict)
     victim_cache: dict[tuple, tuple[list, list[int]]] = field(default_factory=dict)
     top_victim_class: float = -math.inf
@@ -90,21 +97,34 @@ class RoundState:
     reclaim_pool: list[RunningJob] | None = None
     victim_pool: list[tuple[tuple[float, ...], float, RunningJob]] | None = None
 
-    quota_answers: dict[tuple, tuple[int, str | None]] = field(default_factory=dict)
+    # Quota answers per (queue, shape), with the queue's version in the book they hold for.
+    quota_answers: dict[tuple[str, int], tuple[int, str | None]] = field(default_factory=dict)
     # Jobs not yet considered, per gang shape, and how many of those shapes might still fit.
-    remaining: dict[tuple, int] = field(default_factory=dict)
+    remaining: list[int] = field(default_factory=list)
     open_shapes: int = 0
+    _pending_by_id: dict[int, PendingJob] | None = None
 
-    def passed(self, shape: tuple) -> None:
-        self.remaining[shape] -= 1
-        if self.remaining[shape] == 0 and shape not in self.failed_now:
-            self.open_shapes -= 1
+    def pending_by_id(self) -> dict[int, PendingJob]:
+        """The snapshot's pending jobs by id (the last of any duplicates), built on first use."""
+        if self._pending_by_id is None:
+            self._pending_by_id = {job.job_id: job for job in self.snapshot.pending}
+        return self._pending_by_id
 
-    def mark_failed(self, shape: tuple) -> None:
+    def mark_failed(self, shape: int) -> None:
         if shape not in self.failed_now:
             self.failed_now.add(shape)
-            if self.remaining.get(shape, 0) > 0:
+            if self.remaining[shape] > 0:
                 self.open_shapes -= 1
+
+    def defer(self, job: PendingJob, shape: int, better_ahead: int, tail: str = "") -> None:
+        """Word ``job``'s reason once the round is over, with ``better_ahead`` jobs counted ahead
+        of it and ``tail`` appended. Kept as parallel lists, not a tuple per job: thousands of
+        tuples living through the round would mostly be work for the garbage collector."""
+        if tail:
+            self.deferred_tails[len(self.deferred_jobs)] = tail
+        self.deferred_jobs.append(job)
+        self.deferred_shapes.append(shape)
+        self.deferred_ahead.append(better_ahead)
 
     # ----------------------------------------------------------------- views
     def future_view(self) -> FreeResources:
@@ -116,14 +136,15 @@ class RoundState:
             self.future = future
         return self.future
 
-    def commit_start(self, job: PendingJob, placements: tuple[ReplicaPlacement, ...], reason: str) -> None:
+    def commit_start(self, job: PendingJob, placements: tuple[ReplicaPlacement, ...], reason: str,
+                     demand: Amounts | None = None) -> None:
+        """``demand``: what ``placements`` hold, when the caller knows it already."""
         # place_gang chose these from ``free`` itself: valid by construction, no re-check.
         self.free.take_available(placements)
         if self.future is not None:
             self.future.take_available(placements)
         if self.reservation is not None:
             self.reservation.extra.take_available(placements)
-        demand = self.demands.get(job.shape) if len(placements) == len(job.shape) else None
         self.book.add(job.queue, job.user, demand if demand is not None else held_amounts(placements))
         self.starts.append(StartJob(job.job_id, placements, reason))
         self.version += 1
@@ -138,6 +159,10 @@ class RoundState:
 
     def largest_free(self) -> tuple[int, int, int]:
         """(most free GPUs, cores, memory bytes any one node has): reasons are worded once per round."""
-        nodes = self.free.nodes
-        return (self.free.max_gpus(), max((len(node.cpu_ids) for node in nodes), default=0),
-                max((node.memory_bytes for node in nodes), default=0))
+        # Every gang shape's reason asks, and the free view no longer changes by then.
+        if self._largest is None or self._largest[0] != self.version:
+            nodes = self.free.nodes
+            self._largest = (self.version, (
+                self.free.max_gpus(), max((len(node.cpu_ids) for node in nodes), default=0),
+                max((node.memory_bytes for node in nodes), default=0)))
+        return self._largest[1]
