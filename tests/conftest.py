@@ -133,6 +133,17 @@ def wait_for(condition: Callable[[], bool], timeout: float = 5.0, interval: floa
     return condition()
 
 
+def wait_until(condition: Callable[[], object], timeout: float, what: str, interval: float = 0.2):
+    """Polls `condition` until it returns something true, which it returns; fails naming `what`."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"{what} did not happen within {timeout}s")
+
+
 def process_gone(pid: int) -> bool:
     try:
         return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE

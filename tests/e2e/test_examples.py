@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import REPOSITORY, RunningServer, process_gone
+from conftest import REPOSITORY, RunningServer, process_gone, wait_until
 
 from mlyard.launcher import HEARTBEAT_TIMEOUT
 
@@ -38,16 +38,6 @@ def test_the_digits_ddp_example_trains_to_95_percent_on_two_replicas(server: Run
     cpus = [replica["cpu_ids"] for replica in detail["attempts"][0]["replicas"]]
     assert sorted(cpu for ids in cpus for cpu in ids) == [0, 1], "each replica pinned to a core of its own"
     assert (server.home / "checkpoints" / str(job_id) / "final.pt").is_file()
-
-
-def wait_until(condition, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.3)
-    raise AssertionError(f"{what} did not happen within {timeout}s")
 
 
 @pytest.mark.parametrize("failure", ["sigkill-command", "sigstop-launcher"])

@@ -6,10 +6,9 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-from conftest import MLYARD, RunningServer, start_server, stop_server
+from conftest import MLYARD, RunningServer, start_server, stop_server, wait_until
 
 from mlyard.scheduler import LIVE_POLICIES
 
@@ -51,16 +50,6 @@ print("counted to the end", flush=True)
 
 def show(server: RunningServer, job_id: int) -> dict:
     return server.cli_json("show", str(job_id))
-
-
-def wait_until(condition, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"{what} did not happen within {timeout}s")
 
 
 def test_a_low_priority_job_is_preempted_for_a_high_priority_one_and_resumes_from_its_checkpoint(
