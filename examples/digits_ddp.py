@@ -31,7 +31,7 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
-from mlyard.sdk import checkpoint
+from mlyard.sdk import checkpoint, report
 
 
 def parse_args() -> argparse.Namespace:
@@ -187,6 +187,7 @@ def train(args: argparse.Namespace, device: torch.device) -> int:
         # The shuffle depends on the epoch alone (same on all ranks), so a
         # resumed run sees the batches the interrupted one would have seen.
         sampler.set_epoch(epoch)
+        epoch_started = time.perf_counter()
         total_loss = torch.zeros(2, device=device)  # [sum of losses, sample count]
         for x, y in loader:
             x, y = x.to(device), y.to(device)
@@ -208,6 +209,10 @@ def train(args: argparse.Namespace, device: torch.device) -> int:
                 f"epoch {done}/{args.epochs} loss={mean_loss:.4f} "
                 f"test_accuracy={accuracy:.4f}"
             )
+            # Shown by `mlyard metrics JOB`; does nothing outside mlyard.
+            samples = total_loss[1].item()
+            report(step=done, loss=mean_loss, test_accuracy=accuracy,
+                   samples_per_second=samples / (time.perf_counter() - epoch_started))
             if args.checkpoint_every and done % args.checkpoint_every == 0:
                 save_checkpoint(model, optimizer, scheduler, args, done, steps_per_epoch)
         if args.epoch_delay:

@@ -23,6 +23,7 @@ from mlyard.api_models import (
     JobDetail,
     JobInfo,
     LogChunk,
+    MetricsPage,
     NodeInfo,
     QueueInfo,
     SnapshotInfo,
@@ -144,6 +145,15 @@ class Client:
                 return
             else:
                 time.sleep(poll_seconds)
+
+    def report(self, job_id: int, step: int, metrics: dict[str, float], *, rank: int = 0) -> int:
+        body = {"step": step, "metrics": metrics, "rank": rank}
+        return self._request("POST", f"/jobs/{job_id}/metrics", json=body).json()["stored"]
+
+    def metrics(self, job_id: int, *, names: Sequence[str] = (), after: int = 0) -> MetricsPage:
+        params: list[tuple[str, str | int]] = [("name", name) for name in names]
+        params.append(("after", after))
+        return MetricsPage.model_validate(self._request("GET", f"/jobs/{job_id}/metrics", params=params).json())
 
     def nodes(self) -> list[NodeInfo]:
         return TypeAdapter(list[NodeInfo]).validate_python(self._request("GET", "/nodes").json())

@@ -38,6 +38,12 @@ def test_the_digits_ddp_example_trains_to_95_percent_on_two_replicas(server: Run
     cpus = [replica["cpu_ids"] for replica in detail["attempts"][0]["replicas"]]
     assert sorted(cpu for ids in cpus for cpu in ids) == [0, 1], "each replica pinned to a core of its own"
     assert (server.home / "checkpoints" / str(job_id) / "final.pt").is_file()
+    points = server.cli_json("metrics", str(job_id))
+    by_name: dict[str, list[int]] = {}
+    for point in points:
+        by_name.setdefault(point["name"], []).append(point["step"])
+    assert by_name == {name: list(range(1, 21)) for name in ("loss", "test_accuracy", "samples_per_second")}
+    assert max(p["value"] for p in points if p["name"] == "test_accuracy") >= 0.95
 
 
 @pytest.mark.parametrize("failure", ["sigkill-command", "sigstop-launcher"])

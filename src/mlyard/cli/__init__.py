@@ -9,6 +9,7 @@ import typer
 from rich.markup import escape
 
 from mlyard.cli import jobs, nodes, queues, server
+from mlyard.cli.metrics import metrics
 from mlyard.cli.output import errors
 from mlyard.cli.sim import sim
 from mlyard.cli.submission import UsageError
@@ -26,6 +27,7 @@ app = typer.Typer(
 app.add_typer(server.server_app, name="server")
 jobs.register(app)
 app.command()(nodes.nodes)
+app.command()(metrics)
 app.add_typer(queues.queues_app, name="queues")
 app.command()(sim)
 

@@ -1,9 +1,10 @@
-"""What a job imports to work with the platform (`from mlyard.sdk import checkpoint`).
+"""What a job imports to work with the platform: `from mlyard.sdk import checkpoint, report`.
 
 It runs inside the user's training processes, so importing it must stay cheap: no server
 code, and heavy libraries (torch) only when a call needs them.
 """
 
 from mlyard.sdk import checkpoint
+from mlyard.sdk.metrics import report
 
-__all__ = ["checkpoint"]
+__all__ = ["checkpoint", "report"]

@@ -19,7 +19,7 @@ from mlyard.server import auth, failures
 from mlyard.server.controller import Controller
 from mlyard.server.db import Database
 from mlyard.server.leadership import Leadership, lease_for
-from mlyard.server.routers import jobs, nodes, queues, snapshots
+from mlyard.server.routers import jobs, metrics, nodes, queues, snapshots
 from mlyard.server.settings import ServerSettings
 from mlyard.storage import BlobStore
 
@@ -97,6 +97,6 @@ def create_app(settings: ServerSettings, *, backend: Backend | None = None) -> F
         return Health(status="ok", version=__version__, controller=leadership.role,
                       adopted=getattr(leadership.controller, "adopted", None))
 
-    for router in (jobs.router, nodes.router, queues.router, snapshots.router):
+    for router in (jobs.router, metrics.router, nodes.router, queues.router, snapshots.router):
         app.include_router(router, prefix=API_PREFIX)
     return app

@@ -31,6 +31,8 @@ class Action(enum.Enum):
     WRITE = "write"
     ADMIN = "admin"
     """Changing how the cluster is shared (queues): administrators only."""
+    REPORT = "report"
+    """Adding what a job measured (training metrics): its own token may."""
 
 
 @dataclass(frozen=True)
@@ -113,13 +115,14 @@ def authenticate(database: Database, authorization: str | None) -> Principal:
 
 def authorize(principal: Principal, action: Action, *, job_id: int | None = None) -> None:
     """The single access check. Users may read and write everything for now (projects and
-    roles come later), administrators may also administer; a job's token may only read its own job."""
+    roles come later), administrators may also administer; a job's token may only read its own job
+    and report its metrics."""
     if action is Action.ADMIN:
         if principal.is_admin and principal.job_id is None:
             return
         raise Forbidden(f"{principal.name} is not an administrator; this needs an administrator's token")
     if principal.job_id is None:
         return
-    if action is Action.READ and job_id == principal.job_id:
+    if action in (Action.READ, Action.REPORT) and job_id == principal.job_id:
         return
-    raise Forbidden(f"a job token may only read job {principal.job_id}")
+    raise Forbidden(f"a job token may only read job {principal.job_id} and report its metrics")

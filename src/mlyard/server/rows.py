@@ -224,6 +224,22 @@ class IdempotencyKeyRow(Base):
     created_at: Mapped[float] = mapped_column(Float)
 
 
+class MetricRow(Base):
+    """One value a job's training code reported (`mlyard.sdk.report`) for a step."""
+
+    __tablename__ = "job_metrics"
+    __table_args__ = (Index("ix_job_metrics_job_id_id", "job_id", "id"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id"))
+    attempt: Mapped[int] = mapped_column(Integer)
+    rank: Mapped[int] = mapped_column(Integer)
+    step: Mapped[int] = mapped_column(BigInteger)
+    name: Mapped[str] = mapped_column(String(128))
+    value: Mapped[float] = mapped_column(Float)
+    at: Mapped[float] = mapped_column(Float)
+
+
 class SnapshotRow(Base):
     """A code snapshot in the blob store, by sha256."""
 
