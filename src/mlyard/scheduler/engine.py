@@ -40,8 +40,8 @@ def decide_round(snapshot: ClusterSnapshot, now: float) -> Decisions:
     class_of_run = math.nan
     waiting_in_class = 0
     reclaim_possible = any(queue.quota is not None for queue in snapshot.queues)
-    if reclaim_possible:
-        _note_entitled(state, jobs, shapes)
+    # _note_entitled (borrow only idle capacity) stays off until it also respects what the
+    # entitled jobs can actually be placed on: by totals alone it held back starts that fit.
     strict = policy.strict
     for position, (job, klass, shape) in enumerate(zip(jobs, classes, shapes)):
         if head is not None or (position % 16 == 0 and _exhausted(state, reclaim_possible, klass)):

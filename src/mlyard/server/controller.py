@@ -84,6 +84,7 @@ class Controller:
         self._wake = threading.Event()
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
+        self._next_restart_at: float | None = None
         self.adopted: int | None = None
         """Replicas found running when this controller started; None until it has looked."""
 
@@ -142,11 +143,8 @@ class Controller:
         # Exits of replicas this server started wake the loop at once (backend.notify); the
         # tick covers the rest: starts, stops in progress, replicas of a previous server.
         delay = self.settings.busy_tick_seconds if transient or acted else self.settings.idle_tick_seconds
-        with self.database.transaction() as session:
-            restart_at = session.scalar(
-                select(func.min(JobRow.restart_at)).where(JobRow.status == JobStatus.RESTARTING.value))
-        if restart_at is not None:  # a backoff that ends before the tick is not waited out longer
-            delay = max(0.0, min(delay, restart_at - time.time()))
+        if self._next_restart_at is not None:  # a backoff that ends before the tick is not waited out longer
+            delay = max(0.0, min(delay, self._next_restart_at - time.time()))
         return delay
 
     def _apply_observations(
@@ -274,8 +272,11 @@ class Controller:
 
     # ----------------------------------------------------------------- scheduling
     def _schedule(self, now: float) -> bool:
-        """One scheduling round; True when it started or stopped something."""
+        """One scheduling round; True when it started or stopped something. Also notes when the
+        next backoff ends (`_next_restart_at`), so the loop wakes for it."""
         with self.database.transaction() as session:
+            self._next_restart_at = session.scalar(select(func.min(JobRow.restart_at)).where(
+                JobRow.status == JobStatus.RESTARTING.value, JobRow.restart_at > now))
             queued = session.scalars(
                 select(JobRow)
                 .where(schedulable(now))
