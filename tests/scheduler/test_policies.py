@@ -207,6 +207,31 @@ def test_no_reclaim_beyond_own_quota_and_not_from_queues_within_theirs():
     assert preempted(decisions) == []
 
 
+def test_a_job_within_its_queues_quota_goes_before_a_borrower_ahead_of_it():
+    nodes = [gpu_node("a", 4)]
+    queues = [Queue("nlp", quota=Amounts.limit(gpu=2)), Queue("vision", quota=Amounts.limit(gpu=2))]
+    at_quota = [running(1, "a", [0, 1], queue="vision")]
+    jobs = [pending(10, 2, per_replica=2, at=0, queue="vision"), pending(11, 2, per_replica=2, at=5, queue="nlp")]
+    decisions = run("fifo", nodes, at_quota, jobs, queues)
+    # Were job 10 to borrow the last two GPUs, nlp would reclaim them next round, and again.
+    assert starts(decisions) == [11]
+    assert preempted(decisions) == []
+
+
+def test_priority_preempts_another_queue_only_while_that_queue_borrows():
+    nodes = [gpu_node("a", 4)]
+    queues = [Queue("nlp", quota=Amounts.limit(gpu=1)), Queue("vision", quota=Amounts.limit(gpu=2))]
+    urgent = [pending(10, 1, per_replica=1, queue="nlp", priority=5)]  # nlp would borrow
+    own = running(2, "a", [3], at=5, cpu=3, queue="nlp")
+    within = [own, running(1, "a", [0, 1], at=30, cpu=0, queue="vision"),
+              running(3, "a", [2], at=20, cpu=2, queue="nlp")]
+    # Vision holds just its quota: the newest lower-priority job of another queue is spared.
+    assert preempted(run("priority", nodes, within, urgent, queues)) == [3]
+    borrowing = [own, running(1, "a", [0, 1], at=10, cpu=0, queue="vision"),
+                 running(4, "a", [2], at=20, cpu=2, queue="vision")]
+    assert preempted(run("priority", nodes, borrowing, urgent, queues)) == [4]
+
+
 def test_dominant_resource_fair_share_interleaves_queues():
     nodes = [gpu_node("a", 4)]
     hog = [running(1, "a", [0], queue="a")]

@@ -382,7 +382,8 @@ def _classes(policy: str, config: SchedulerConfig, job: PendingJob, run: Running
 
 def assert_preemptions_justified(snapshot: ClusterSnapshot, decisions: Decisions, now: float) -> None:
     """A victim is one the policy ranks below the job it is preempted for (``balanced``: and
-    has run ``min_run_before_preempt``), or a job of another queue that borrows beyond its
+    has run ``min_run_before_preempt``; from another queue with a quota: only while that
+    queue is over it), or a job of another queue that borrows beyond its
     quota while the job's own queue has a quota to reclaim."""
     config = snapshot.config
     running = {run.job_id: run for run in snapshot.running}
@@ -408,6 +409,8 @@ def assert_preemptions_justified(snapshot: ClusterSnapshot, decisions: Decisions
             ranked = their_class > mine
             if config.policy == "balanced":
                 ranked = ranked and now - run.started_at >= config.min_run_before_preempt
+            if run.queue != job.queue and theirs is not None and theirs.quota is not None:
+                ranked = ranked and not usage[run.queue].fits_in(theirs.nominal)  # its quota is guaranteed
         assert reclaim or ranked, f"job {run.job_id} preempted for job {job.job_id} without cause: {preemption.reason}"
 
 

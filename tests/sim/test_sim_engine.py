@@ -6,7 +6,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from mlyard.scheduler import (
@@ -269,11 +269,29 @@ RECLAIM_LIVELOCK = [
     (424, 848, 1, "a", 2), (196, 715, 8, "a", 0), (228, 652, 16, "b", 2), (581, 895, 12, "a", 1), (581, 428, 1, "a", 1),
     (65, 265, 2, "b", 2), (498, 574, 1, "a", 1), (333, 319, 16, "a", 1), (192, 561, 1, "c", 0),
 ]
+# Queue a's high-priority 12-GPU job preempted a's own small job; a's next small job, within
+# a's quota, went first and took the capacity; and so on (queues keep their own order now).
+PRIORITY_LIVELOCK = [
+    (551, 504, 12, "c", 2), (407, 94, 12, "a", 2), (76, 262, 1, "a", 2), (498, 838, 3, "a", 1), (373, 569, 8, "c", 0),
+    (349, 830, 2, "a", 0), (350, 737, 3, "c", 0), (424, 633, 1, "c", 1), (589, 422, 12, "b", 2), (360, 567, 8, "b", 1),
+    (426, 427, 16, "a", 0), (346, 74, 1, "c", 2),
+]
+# Queue c's 4-GPU job reclaimed from b though a bigger job of c, which would borrow, was
+# ahead of it in c's order; b's next job went first and took the capacity; and so on.
+BEHIND_OWN_BORROWER = [
+    (499, 217, 1, "b", 2), (546, 418, 1, "c", 1), (284, 254, 12, "c", 2), (4, 194, 16, "c", 0), (31, 642, 3, "b", 0),
+    (177, 291, 2, "c", 0), (279, 318, 4, "c", 1), (172, 558, 8, "b", 1), (124, 787, 3, "c", 1), (209, 290, 1, "a", 0),
+    (582, 765, 1, "c", 1), (139, 76, 8, "c", 1), (447, 515, 8, "c", 1), (0, 126, 16, "c", 1), (358, 312, 12, "b", 2),
+    (585, 504, 1, "c", 1), (391, 208, 1, "b", 2), (523, 203, 16, "c", 2), (418, 762, 4, "c", 0), (460, 634, 3, "b", 2),
+]
 MAX_ROUNDS = 5000
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(rows=trace_jobs, policy=st.sampled_from(POLICIES), quotas=st.sampled_from(["none", "equal"]))
+@example(rows=RECLAIM_LIVELOCK, policy="fifo", quotas="equal")
+@example(rows=PRIORITY_LIVELOCK, policy="priority", quotas="equal")
+@example(rows=BEHIND_OWN_BORROWER, policy="priority", quotas="equal")
 def test_every_policy_finishes_every_job_without_overcommitting(rows, policy, quotas):
     jobs = sorted((TraceJob(k + 1, float(at), float(length), gpus, tenant, priority=priority)
                    for k, (at, length, gpus, tenant, priority) in enumerate(rows)),

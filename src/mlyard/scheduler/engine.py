@@ -40,10 +40,13 @@ def decide_round(snapshot: ClusterSnapshot, now: float) -> Decisions:
     class_of_run = math.nan
     waiting_in_class = 0
     reclaim_possible = any(queue.quota is not None for queue in snapshot.queues)
-    # _note_entitled (borrow only idle capacity) stays off until it also respects what the
-    # entitled jobs can actually be placed on: by totals alone it held back starts that fit.
+    borrowers_from = _within_quota_first(state, jobs, classes, shapes) if reclaim_possible else len(jobs)
     strict = policy.strict
     for position, (job, klass, shape) in enumerate(zip(jobs, classes, shapes)):
+        if position == borrowers_from and position > 0:
+            # Borrowers wait behind every job within its quota; what was said of the
+            # jobs ahead "of higher priority" starts over among them.
+            waiting_ahead, class_of_run, waiting_in_class = 0, math.nan, 0
         if head is not None or (position % 16 == 0 and _exhausted(state, reclaim_possible, klass)):
             # Strict FIFO's first job in line is blocked, or nothing pending fits any more
             # and no preemption is left to try: the rest waits and only needs its reasons,
@@ -158,38 +161,39 @@ def _over_quota(state: RoundState, job: PendingJob, shape: int) -> str | None:
     return quota
 
 
-def _note_entitled(state: RoundState, jobs: Sequence[PendingJob], shapes: Sequence[int]) -> None:
-    smallest: dict[str, tuple[float, float, float]] = {}
-    seen: set[tuple[str, int]] = set()
-    for job, shape in zip(jobs, shapes, strict=True):
-        if (job.queue, shape) in seen or state.book.queue(job.queue).quota is None:
-            continue
-        seen.add((job.queue, shape))
-        demand = _demand(state, job, shape)
-        key = (demand.gpu, demand.cpu, demand.memory)
-        if job.queue not in smallest or key < smallest[job.queue]:
-            smallest[job.queue] = key
-            state.entitled[job.queue] = demand
+def _within_quota_first(state: RoundState, jobs: list[PendingJob], classes: list[float],
+                        shapes: list[int]) -> int:
+    """Move the jobs whose start keeps their queue within its quota ahead of those that
+    would borrow (stable within each part); returns where the borrowers begin.
 
-
-def _borrows_entitled_capacity(state: RoundState, job: PendingJob, demand: Amounts) -> str | None:
-    """Why a start that makes its queue borrow must wait: the capacity it would take is what
-    a queue within its quota waits for. Borrowing it anyway only makes that queue reclaim it
-    by preemption, and the two take it from each other round after round."""
+    Without this, a borrower ahead in the order takes the capacity a queue just
+    reclaimed by preemption, that queue reclaims it again, and so on forever.
+    A queue's own jobs keep their order: its first job that would borrow, and every
+    one after it, go behind, and none of them may reclaim (it would take capacity a
+    job going first then takes). A queue's earlier jobs count against its quota as if
+    they all started: a job classed as borrowing only risks being considered later."""
     book = state.book
-    if book.within_nominal(job.queue, demand):
-        return None
-    claimants = [queue for queue, smallest in state.entitled.items()
-                 if queue != job.queue and book.within_nominal(queue, smallest)]
-    if not claimants:
-        return None
-    gpu, cpu, memory = state.free.totals()
-    need = [state.entitled[queue] for queue in claimants]
-    if (gpu - demand.gpu >= sum(amounts.gpu for amounts in need) - 1e-9
-            and cpu - demand.cpu >= sum(amounts.cpu for amounts in need) - 1e-9
-            and memory - demand.memory >= sum(amounts.memory for amounts in need) - 1e-9):
-        return None
-    return f"queue {job.queue} would borrow capacity that queue {', '.join(sorted(claimants))} is entitled to"
+    planned: dict[str, Amounts | None] = {}  # None: the queue's jobs borrow from here on
+    within: list[int] = []
+    borrowing: list[int] = []
+    for index, (job, shape) in enumerate(zip(jobs, shapes, strict=True)):
+        queue = book.queue(job.queue)
+        used = planned.get(job.queue, book.used(job.queue)) if queue.quota is not None else None
+        after = None if used is None else used + _demand(state, job, shape)
+        if after is not None and after.fits_in(queue.nominal):
+            planned[job.queue] = after
+            within.append(index)
+        else:
+            planned[job.queue] = None
+            borrowing.append(index)
+    state.within_quota = {jobs[index].job_id for index in within}
+    if not within or not borrowing or within[-1] < borrowing[0]:
+        return len(within)
+    order = within + borrowing
+    jobs[:] = [jobs[index] for index in order]
+    classes[:] = [classes[index] for index in order]
+    shapes[:] = [shapes[index] for index in order]
+    return len(within)
 
 
 def _quickly_blocked(state: RoundState, job: PendingJob, klass: float, shape: int) -> bool:
@@ -222,11 +226,6 @@ def _consider(state: RoundState, job: PendingJob, klass: float, shape: int, bett
     policy, config = state.policy, state.config
     gang = job.smallest_gang
     demand = _demand(state, job, shape)
-    if state.entitled:
-        borrowing = _borrows_entitled_capacity(state, job, demand)
-        if borrowing is not None:
-            state.waiting[job.job_id] = borrowing
-            return "quota"
     placements = None
     if not failed:
         placements = place_gang(state.free, gang, topology_key=config.topology_key)

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from .placement import place_gang
 from .quotas import held_amounts, reclaim_victim_order
 from .reasons import count_of, job_list
-from .snapshot import PendingJob, Preempt, ReplicaRequest, Resize, RunningJob
+from .snapshot import Amounts, PendingJob, Preempt, ReplicaRequest, Resize, RunningJob
 from .state import RoundState, Victim
 
 
@@ -33,7 +33,7 @@ def find_victims(state: RoundState, job: PendingJob, klass: float, demand) -> li
         for run in whole if run.min_replicas is not None and len(run.placements) > run.min_replicas
     ]
     victims += [Victim(run, run.placements, None, "policy") for run in whole]
-    if state.book.within_nominal(job.queue, demand):
+    if state.may_reclaim(job, demand):
         seen = {run.job_id for run in whole}
         if state.reclaim_pool is None:  # borrowers as the round began: victims stay in the book
             state.reclaim_pool = reclaim_victim_order(state.book, state.snapshot.running)
@@ -64,7 +64,7 @@ def try_preemption(state: RoundState, job: PendingJob, klass: float, gang: Seque
     if state.plans_left <= 0 or state.attempts_left <= 0 or memo in state.failed_plans:
         return False
     state.attempts_left -= 1
-    reclaim = job.queue if state.book.within_nominal(job.queue, demand) else None
+    reclaim = job.queue if state.may_reclaim(job, demand) else None
     cache_key = (klass, reclaim, len(state.taken), state.future_generation)
     cached = state.victim_cache.get(cache_key)
     if cached is None:
@@ -92,24 +92,28 @@ def try_preemption(state: RoundState, job: PendingJob, klass: float, gang: Seque
     trial = future.copy()
     chosen: list[Victim] = []
     placements = None
-    reclaimed: dict[str, object] = {}
+    reclaimed: dict[str, Amounts] = {}
     book = state.book
     for victim in victims:
         run = victim.job
         if victim.keep is None and any(c.job is run and c.keep is None for c in chosen):
             continue
-        if victim.why == "reclaim" and victim.keep is None:
-            # A reclaim may only take from a queue while it is still over its quota.
+        guarded = run.queue != job.queue and book.queue(run.queue).quota is not None
+        if guarded:
+            # Another queue's quota is guaranteed: a reclaim, and a policy preemption alike,
+            # may only take from that queue while it is still over its quota. Otherwise
+            # the two queues would take the same capacity from each other forever.
             used = reclaimed.get(run.queue, book.used(run.queue))
-            if used.fits_in(book.queue(run.queue).nominal):  # type: ignore[union-attr]
+            if used.fits_in(book.queue(run.queue).nominal):
                 continue
-            reclaimed[run.queue] = used - held_amounts(run.placements)  # type: ignore[operator]
         release = victim.release
         if victim.keep is None:
             shrunk = next((c for c in chosen if c.job is run), None)
             if shrunk is not None:  # shrinking was not enough: it goes whole after all
                 chosen.remove(shrunk)
                 release = run.placements[: run.min_replicas or 0]
+        if guarded:
+            reclaimed[run.queue] = used - held_amounts(release)
         trial.release(release)
         chosen.append(victim)
         if all(n <= h for n, h in zip(need, trial.totals(), strict=True)) and trial.max_gpus() >= widest:

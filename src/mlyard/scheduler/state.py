@@ -77,14 +77,14 @@ class RoundState:
     # gang shape that did not fit keeps not fitting: identical gangs skip the search.
     # Shapes are numbered per round (see ``engine.decide_round``).
     failed_now: set[int] = field(default_factory=set)
+    # Jobs whose queue stays within its quota if they start (see ``engine._within_quota_first``):
+    # only they go first and only they may reclaim.
+    within_quota: set[int] = field(default_factory=set)
     failed_later: set[int] = field(default_factory=set)
     failed_plans: set[tuple] = field(default_factory=set)
     stopping_ids: list[int] | None = None
     never: dict[int, str | None] = field(default_factory=dict)
     demands: dict[int, Amounts] = field(default_factory=dict)
-    # Per queue with a quota: the smallest demand among its pending jobs. A queue within its
-    # quota may reclaim, so capacity it needs is not idle capacity others may borrow.
-    entitled: dict[str, Amounts] = field(default_factory=dict)
     # Jobs waiting for resources, worded at the end (see ``defer``).
     deferred_jobs: list[PendingJob] = field(default_factory=list)
     deferred_shapes: list[int] = field(default_factory=list)
@@ -109,6 +109,9 @@ class RoundState:
         if self._pending_by_id is None:
             self._pending_by_id = {job.job_id: job for job in self.snapshot.pending}
         return self._pending_by_id
+
+    def may_reclaim(self, job: PendingJob, demand: Amounts) -> bool:
+        return job.job_id in self.within_quota and self.book.within_nominal(job.queue, demand)
 
     def mark_failed(self, shape: int) -> None:
         if shape not in self.failed_now:
