@@ -15,7 +15,7 @@ from .backfill import backfill_placement, grow_elastic, reserve
 from .placement import place_gang
 from .policies import POLICY_TABLE
 from .preemption import try_preemption, victim_pool
-from .quotas import QueueBook, held_amounts, request_amounts
+from .quotas import QueueBook, held_amounts, reclaim_victim_order, request_amounts
 from .reasons import count_of, duration_text, job_list, never_fits, resource_reason
 from .resources import FreeResources
 from .snapshot import Amounts, ClusterSnapshot, Decisions, PendingJob, ReplicaRequest
@@ -39,15 +39,16 @@ def decide_round(snapshot: ClusterSnapshot, now: float) -> Decisions:
     waiting_ahead = 0
     class_of_run = math.nan
     waiting_in_class = 0
-    reclaim_possible = any(queue.quota is not None for queue in snapshot.queues)
-    borrowers_from = _within_quota_first(state, jobs, classes, shapes) if reclaim_possible else len(jobs)
+    # Only jobs before ``borrowers_from`` may reclaim quota by preemption.
+    quotas = any(queue.quota is not None for queue in snapshot.queues)
+    borrowers_from = _within_quota_first(state, jobs, classes, shapes) if quotas else 0
     strict = policy.strict
     for position, (job, klass, shape) in enumerate(zip(jobs, classes, shapes)):
         if position == borrowers_from and position > 0:
             # Borrowers wait behind every job within its quota; what was said of the
             # jobs ahead "of higher priority" starts over among them.
             waiting_ahead, class_of_run, waiting_in_class = 0, math.nan, 0
-        if head is not None or (position % 16 == 0 and _exhausted(state, reclaim_possible, klass)):
+        if head is not None or (position % 16 == 0 and _exhausted(state, position < borrowers_from, klass)):
             # Strict FIFO's first job in line is blocked, or nothing pending fits any more
             # and no preemption is left to try: the rest waits and only needs its reasons,
             # which are cheap to give in bulk.
@@ -125,20 +126,27 @@ def _explain_rest(state: RoundState, jobs: Sequence[PendingJob], classes: Sequen
         state.defer(job, shape, better_ahead)
 
 
-def _exhausted(state: RoundState, reclaim_possible: bool, klass: float) -> bool:
+def _exhausted(state: RoundState, may_reclaim: bool, klass: float) -> bool:
     # Free resources only shrink during a round: once every gang shape still to come
     # has failed to fit, none of those jobs can start any more.
     if state.open_shapes > 0:
         return False
     if state.attempts_left <= 0 or state.plans_left <= 0:
         return True
-    if reclaim_possible:
+    if may_reclaim and _borrowers_left(state):
         return False
     if not state.policy.preemptive:
         return True
     # Classes only grow along the order: once this job outranks no running job, nobody after it does.
     pool = victim_pool(state)
     return not pool or klass >= state.top_victim_class
+
+
+def _borrowers_left(state: RoundState) -> bool:
+    if state.reclaim_pool is None:  # borrowers as the round began: victims stay in the book
+        state.reclaim_pool = reclaim_victim_order(state.book, state.snapshot.running)
+    taken = state.taken
+    return any(run.job_id not in taken for run in state.reclaim_pool)
 
 
 def _demand(state: RoundState, job: PendingJob, shape: int) -> Amounts:
@@ -161,6 +169,9 @@ def _over_quota(state: RoundState, job: PendingJob, shape: int) -> str | None:
     return quota
 
 
+_UNSEEN: list[float] = []
+
+
 def _within_quota_first(state: RoundState, jobs: list[PendingJob], classes: list[float],
                         shapes: list[int]) -> int:
     """Move the jobs whose start keeps their queue within its quota ahead of those that
@@ -173,18 +184,36 @@ def _within_quota_first(state: RoundState, jobs: list[PendingJob], classes: list
     job going first then takes). A queue's earlier jobs count against its quota as if
     they all started: a job classed as borrowing only risks being considered later."""
     book = state.book
-    planned: dict[str, Amounts | None] = {}  # None: the queue's jobs borrow from here on
+    # Per queue: [used gpu, cpu, memory, quota gpu, cpu, memory] as plain floats (this runs
+    # for every pending job); None once the queue's jobs borrow from here on.
+    planned: dict[str, list[float] | None] = {}
+    amounts: dict[int, tuple[float, float, float]] = {}  # per shape
     within: list[int] = []
     borrowing: list[int] = []
     for index, (job, shape) in enumerate(zip(jobs, shapes, strict=True)):
-        queue = book.queue(job.queue)
-        used = planned.get(job.queue, book.used(job.queue)) if queue.quota is not None else None
-        after = None if used is None else used + _demand(state, job, shape)
-        if after is not None and after.fits_in(queue.nominal):
-            planned[job.queue] = after
+        name = job.queue
+        plan = planned.get(name, _UNSEEN)
+        if plan is _UNSEEN:
+            queue = book.queue(name)
+            if queue.quota is None:
+                plan = None
+            else:
+                used, quota = book.used(name), queue.nominal
+                plan = [used.gpu, used.cpu, used.memory, quota.gpu + 1e-9, quota.cpu + 1e-9, quota.memory + 1e-9]
+            planned[name] = plan
+        if plan is None:
+            borrowing.append(index)
+            continue
+        demand = amounts.get(shape)
+        if demand is None:
+            wanted = _demand(state, job, shape)
+            demand = amounts[shape] = (wanted.gpu, wanted.cpu, wanted.memory)
+        gpu, cpu, memory = plan[0] + demand[0], plan[1] + demand[1], plan[2] + demand[2]
+        if gpu <= plan[3] and cpu <= plan[4] and memory <= plan[5]:
+            plan[0], plan[1], plan[2] = gpu, cpu, memory
             within.append(index)
         else:
-            planned[job.queue] = None
+            planned[name] = None
             borrowing.append(index)
     state.within_quota = {jobs[index].job_id for index in within}
     if not within or not borrowing or within[-1] < borrowing[0]:

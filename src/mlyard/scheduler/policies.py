@@ -143,15 +143,16 @@ class Policy:
             used = book.used(queue)
             gpu, cpu, memory = used.gpu, used.cpu, used.memory
             weight = book.queue(queue).weight
+            gpu_weighted, cpu_weighted, memory_weighted = gpu_scale / weight, cpu_scale / weight, memory_scale / weight
             for rank, job in enumerate(jobs):
                 # max() of the three, spelled out: a builtin call costs more than the compares.
-                gpu_part, cpu_part, memory_part = gpu * gpu_scale, cpu * cpu_scale, memory * memory_scale
-                if gpu_part >= cpu_part and gpu_part >= memory_part:
-                    share = gpu_part / weight
-                elif cpu_part >= memory_part:
-                    share = cpu_part / weight
-                else:
-                    share = memory_part / weight
+                share = gpu * gpu_weighted
+                cpu_part = cpu * cpu_weighted
+                if cpu_part > share:
+                    share = cpu_part
+                memory_part = memory * memory_weighted
+                if memory_part > share:
+                    share = memory_part
                 shape = job.shape
                 if len(shape) == 1:  # most jobs: skip the loop's setup
                     ((replica_gpu, replica_cores, replica_memory, _),) = shape
