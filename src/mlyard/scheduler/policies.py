@@ -148,10 +148,10 @@ class Policy:
                 # max() of the three, spelled out: a builtin call costs more than the compares.
                 share = gpu * gpu_weighted
                 cpu_part = cpu * cpu_weighted
-                if cpu_part > share:
+                if cpu_part > share:  # noqa: PLR1730
                     share = cpu_part
                 memory_part = memory * memory_weighted
-                if memory_part > share:
+                if memory_part > share:  # noqa: PLR1730
                     share = memory_part
                 shape = job.shape
                 if len(shape) == 1:  # most jobs: skip the loop's setup
