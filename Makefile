@@ -35,6 +35,7 @@ bench: $(VENV)/.installed
 	$(BIN)/python bench/sched_cycle.py
 	$(BIN)/python bench/sched_replay.py
 	$(BIN)/python bench/recovery.py
+	$(BIN)/python bench/monitor_overhead.py
 
 clean:
 	rm -rf $(VENV) $(TF_VENV) build src/*.egg-info

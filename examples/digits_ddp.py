@@ -12,6 +12,10 @@ Checkpoints go through mlyard's SDK (mlyard.sdk.checkpoint) into MLYARD_CHECKPOI
 (./checkpoints outside mlyard): rank 0 saves the model, optimizer, LR schedule and
 epoch every --checkpoint-every epochs, and a run that finds a checkpoint there (a
 restarted or preempted job) continues from it. At the end rank 0 writes final.pt.
+
+Where the `tensorboard` package is installed, rank 0 also writes the epoch's loss and
+accuracy as TensorBoard scalars to MLYARD_TENSORBOARD_DIR (`mlyard tensorboard JOB`
+shows them).
 """
 
 import argparse
@@ -182,6 +186,7 @@ def train(args: argparse.Namespace, device: torch.device) -> int:
             f"(restart {checkpoint.restart_count()})"
         )
     ddp_model = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
+    writer = tensorboard_writer() if rank == 0 else None
 
     for epoch in range(start_epoch, args.epochs):
         # The shuffle depends on the epoch alone (same on all ranks), so a
@@ -213,11 +218,17 @@ def train(args: argparse.Namespace, device: torch.device) -> int:
             samples = total_loss[1].item()
             report(step=done, loss=mean_loss, test_accuracy=accuracy,
                    samples_per_second=samples / (time.perf_counter() - epoch_started))
+            if writer is not None:
+                writer.add_scalar("loss", mean_loss, done)
+                writer.add_scalar("test_accuracy", accuracy, done)
+                writer.flush()
             if args.checkpoint_every and done % args.checkpoint_every == 0:
                 save_checkpoint(model, optimizer, scheduler, args, done, steps_per_epoch)
         if args.epoch_delay:
             time.sleep(args.epoch_delay)
 
+    if writer is not None:
+        writer.close()
     if rank == 0:
         checkpoint_dir = os.environ.get("MLYARD_CHECKPOINT_DIR") or "checkpoints"
         os.makedirs(checkpoint_dir, exist_ok=True)
@@ -231,6 +242,20 @@ def train(args: argparse.Namespace, device: torch.device) -> int:
     # down the process group while rank 0 is still saving.
     dist.barrier()
     return 0
+
+
+def tensorboard_writer():
+    """A SummaryWriter on MLYARD_TENSORBOARD_DIR, or None outside mlyard or without the
+    `tensorboard` package (torch.utils.tensorboard needs it)."""
+    directory = os.environ.get("MLYARD_TENSORBOARD_DIR")
+    if not directory:
+        return None
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+    except ImportError:
+        return None
+    # One subdirectory per attempt: a resumed run's steps show as a run of their own.
+    return SummaryWriter(os.path.join(directory, f"attempt-{os.environ.get('MLYARD_ATTEMPT', '1')}"))
 
 
 def make_scheduler(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
@@ -224,3 +225,12 @@ def test_environments_are_independent_dicts() -> None:
     first, second = one_node_pytorch_pair()
     first["EXTRA"] = "1"
     assert "EXTRA" not in second
+
+
+def test_every_replica_gets_the_jobs_tensorboard_directory_when_one_is_offered() -> None:
+    assert all("MLYARD_TENSORBOARD_DIR" not in environment for environment in one_node_pytorch_pair())
+    spec = make_spec(roles=[{"name": "worker", "replicas": 2}], env={"MLYARD_TENSORBOARD_DIR": "/tmp/mine"})
+    context = dataclasses.replace(CONTEXT, tensorboard_directory="/var/lib/mlyard/tensorboard/42")
+    environments = replica_environments(spec, [slot("worker", 0, 0), slot("worker", 1, 1)], context)
+    assert [environment["MLYARD_TENSORBOARD_DIR"] for environment in environments] == [
+        "/var/lib/mlyard/tensorboard/42"] * 2

@@ -125,6 +125,46 @@ class GpuInfo(BaseModel):
     memory_bytes: int
 
 
+Amount = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+ByteCount = Annotated[int, Field(ge=0)]
+
+
+class GpuUsage(BaseModel):
+    index: int = Field(ge=0)
+    utilization_percent: Amount | None = Field(default=None, description="busy time of the last sample period, 0-100")
+    memory_used_bytes: ByteCount | None = None
+    memory_total_bytes: ByteCount | None = None
+    temperature_celsius: float | None = Field(default=None, allow_inf_nan=False)
+    power_watts: Amount | None = None
+
+
+class NodeUsage(BaseModel):
+    """A node's figures: one sample, or the average of a minute's samples (`samples` > 1)."""
+
+    at: float = Field(ge=0, allow_inf_nan=False, description="when it was measured; a minute's start for an average")
+    cpu_percent: Amount = Field(description="all cores together, 0-100")
+    cpu_per_core: list[Amount] = Field(default_factory=list, max_length=4096)
+    load_average: list[Amount] = Field(min_length=3, max_length=3, description="over 1, 5 and 15 minutes")
+    memory_used_bytes: ByteCount = Field(description="total minus what the kernel could give to a new process")
+    memory_total_bytes: ByteCount
+    disk_read_bytes_per_second: Amount = 0.0
+    disk_write_bytes_per_second: Amount = 0.0
+    net_rx_bytes_per_second: Amount = Field(default=0.0, description="all interfaces but loopback")
+    net_tx_bytes_per_second: Amount = 0.0
+    gpus: list[GpuUsage] = Field(default_factory=list, max_length=1024)
+    samples: int = Field(default=1, ge=1, description="raw samples it stands for")
+
+
+class NodeInventory(BaseModel):
+    cpu_model: str
+    cpu_count: int = Field(description="logical CPUs of the machine (jobs may be offered fewer)")
+    physical_cores: int | None = None
+    memory_bytes: int
+    gpu_count: int = 0
+    gpu_model: str | None = None
+    notes: list[str] = Field(default_factory=list, description="why figures are missing, e.g. NVML failing")
+
+
 class NodeInfo(BaseModel):
     name: str
     backend: str
@@ -138,6 +178,8 @@ class NodeInfo(BaseModel):
     allocated_memory_bytes: int
     allocated_gpus: int
     updated_at: float
+    usage: NodeUsage | None = Field(default=None, description="the node's latest sample; null before the first")
+    inventory: NodeInventory | None = Field(default=None, description="the machine as its sampler found it")
 
 
 class QueueAmounts(BaseModel):
@@ -267,3 +309,79 @@ class Health(BaseModel):
         description="replicas the leading controller found running when it started (left by an earlier server); "
         "null while it has not looked yet, and on a standby",
     )
+
+
+class UsageAmount(BaseModel):
+    gpu_hours: float = Field(description="GPUs held × hours")
+    cpu_hours: float = Field(description="CPU cores held × hours")
+
+
+class UsageDay(UsageAmount):
+    day: str = Field(description="a UTC day, YYYY-MM-DD")
+
+
+class UsageRow(UsageAmount):
+    key: str = Field(description="the user's or the project's name")
+    jobs: int = Field(description="jobs that held resources in the window")
+    days: list[UsageDay] = Field(description="the row's usage per UTC day, oldest first; days without usage left out")
+
+
+class UsageReport(BaseModel):
+    """What jobs held between `since` and `until`: attempts from their launch to their end (now
+    for a running one) × the GPUs and cores of their replicas, split at UTC midnight."""
+
+    since: float
+    until: float
+    by: Literal["user", "project"]
+    everyone: bool = Field(description="false: only the caller's own jobs are counted (callers who are not admins)")
+    rows: list[UsageRow] = Field(description="largest GPU-hours first, then CPU-hours")
+    days: list[UsageDay] = Field(description="all rows together per UTC day, oldest first")
+    total: UsageAmount
+
+
+class TensorBoardInfo(BaseModel):
+    job_id: int
+    directory: str = Field(description="the job's TensorBoard log directory (MLYARD_TENSORBOARD_DIR of its replicas)")
+    exists: bool = Field(description="false until the job's first attempt is launched")
+
+
+SampleResolution = Literal["raw", "1m"]
+
+
+class NodeSamples(BaseModel):
+    node: str
+    resolution: SampleResolution
+    samples: list[NodeUsage] = Field(description="oldest first")
+
+
+class ReplicaUsage(BaseModel):
+    """What one replica's process tree (its launcher and everything below it) used at `at`."""
+
+    job_id: int
+    attempt: int = Field(ge=1)
+    replica: str = Field(max_length=127)
+    rank: int = Field(ge=0)
+    node: str = Field(max_length=255)
+    at: float = Field(ge=0, allow_inf_nan=False)
+    cpu_percent: Amount = Field(description="of one core: 250 is two and a half cores busy")
+    memory_bytes: ByteCount = Field(description="resident memory of its processes")
+    gpu_memory_bytes: ByteCount = 0
+    processes: int = Field(ge=0)
+
+
+class JobUsagePoint(BaseModel):
+    """A job's replicas together at one time: a sample, or a minute's average (`samples` > 1)."""
+
+    at: float
+    cpu_percent: float = Field(description="of one core: 250 is two and a half cores busy")
+    memory_bytes: int
+    gpu_memory_bytes: int
+    replicas: int = Field(description="replicas measured")
+    samples: int = 1
+
+
+class JobResources(BaseModel):
+    job_id: int
+    resolution: SampleResolution
+    points: list[JobUsagePoint] = Field(description="oldest first")
+    replicas: list[ReplicaUsage] = Field(description="the latest sample of each replica of the latest attempt")

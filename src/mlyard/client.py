@@ -22,11 +22,15 @@ from mlyard.api_models import (
     Health,
     JobDetail,
     JobInfo,
+    JobResources,
     LogChunk,
     MetricsPage,
     NodeInfo,
+    NodeSamples,
     QueueInfo,
     SnapshotInfo,
+    TensorBoardInfo,
+    UsageReport,
 )
 from mlyard.spec import JobSpec, JobStatus
 
@@ -155,8 +159,28 @@ class Client:
         params.append(("after", after))
         return MetricsPage.model_validate(self._request("GET", f"/jobs/{job_id}/metrics", params=params).json())
 
+    def tensorboard(self, job_id: int) -> TensorBoardInfo:
+        return TensorBoardInfo.model_validate(self._request("GET", f"/jobs/{job_id}/tensorboard").json())
+
+    def usage(self, *, since: float | None = None, until: float | None = None, by: str = "user") -> UsageReport:
+        params: dict[str, Any] = {"by": by}
+        if since is not None:
+            params["since"] = since
+        if until is not None:
+            params["until"] = until
+        return UsageReport.model_validate(self._request("GET", "/usage", params=params).json())
+
     def nodes(self) -> list[NodeInfo]:
         return TypeAdapter(list[NodeInfo]).validate_python(self._request("GET", "/nodes").json())
+
+    def node_samples(self, name: str, *, since: float | None = None, resolution: str = "raw") -> NodeSamples:
+        params: dict[str, Any] = {"resolution": resolution, **({"since": since} if since is not None else {})}
+        return NodeSamples.model_validate(self._request("GET", f"/nodes/{name}/samples", params=params).json())
+
+    def job_resources(self, job_id: int, *, since: float | None = None, resolution: str = "raw") -> JobResources:
+        """CPU, memory and GPU memory of the job's processes over time, and of each replica now."""
+        params: dict[str, Any] = {"resolution": resolution, **({"since": since} if since is not None else {})}
+        return JobResources.model_validate(self._request("GET", f"/jobs/{job_id}/resources", params=params).json())
 
     def queues(self) -> list[QueueInfo]:
         return TypeAdapter(list[QueueInfo]).validate_python(self._request("GET", "/queues").json())

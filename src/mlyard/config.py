@@ -2,8 +2,8 @@
 
 `MLYARD_HOME` (default `~/.mlyard`) holds, in embedded mode:
 `mlyard.db` (SQLite), `blobs/` (content-addressed snapshots), `runs/<job>/<attempt>/<replica>/`
-(launcher config, logs, exit status), `checkpoints/<job>/`, `admin.token` (0600), and the
-server's `server.pid`, `server.log` and `server.json` (its URL).
+(launcher config, logs, exit status), `checkpoints/<job>/`, `tensorboard/<job>/`, `admin.token`
+(0600), and the server's `server.pid`, `server.log` and `server.json` (its URL).
 """
 
 from __future__ import annotations
@@ -62,6 +62,13 @@ class Paths:
 
     def checkpoint_directory(self, job_id: int) -> Path:
         return self.checkpoints / str(job_id)
+
+    @property
+    def tensorboard(self) -> Path:
+        return self.home / "tensorboard"
+
+    def tensorboard_directory(self, job_id: int) -> Path:
+        return self.tensorboard / str(job_id)
 
 
 def server_url(paths: Paths | None = None) -> str:

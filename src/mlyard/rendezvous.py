@@ -42,6 +42,8 @@ class JobContext:
     master_port: int
     restart_count: int = 0
     """Attempts before this one (failures and preemptions): a job resumes when it is above 0."""
+    tensorboard_directory: str = ""
+    """The job's TensorBoard log directory, shared by its attempts; empty: none offered."""
 
 
 def replica_environments(spec: JobSpec, slots: Sequence[ReplicaSlot], context: JobContext) -> list[dict[str, str]]:
@@ -83,6 +85,8 @@ def replica_environments(spec: JobSpec, slots: Sequence[ReplicaSlot], context: J
                 "CUDA_VISIBLE_DEVICES": ",".join(str(gpu) for gpu in slot.gpu_ids),
             }
         )
+        if context.tensorboard_directory:
+            environment["MLYARD_TENSORBOARD_DIR"] = context.tensorboard_directory
         if spec.framework == "tensorflow":
             environment["TF_CONFIG"] = json.dumps(
                 {"cluster": cluster, "task": {"type": slot.role, "index": slot.index}}, separators=(",", ":")

@@ -13,6 +13,8 @@ from mlyard.cli.metrics import metrics
 from mlyard.cli.output import errors
 from mlyard.cli.sim import sim
 from mlyard.cli.submission import UsageError
+from mlyard.cli.tensorboard import tensorboard
+from mlyard.cli.usage import usage
 from mlyard.client import ClientError
 from mlyard.errors import MlyardError
 from mlyard.storage import SnapshotError
@@ -30,6 +32,8 @@ app.command()(nodes.nodes)
 app.command()(metrics)
 app.add_typer(queues.queues_app, name="queues")
 app.command()(sim)
+app.command()(usage)
+app.command()(tensorboard)
 
 
 def main() -> None:

@@ -6,7 +6,7 @@ import re
 import sys
 import time
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 from rich.markup import escape
@@ -22,7 +22,14 @@ from mlyard.cli.output import (
     print_json,
     status_text,
 )
-from mlyard.cli.submission import UsageError, apply_overrides, load_spec_file, upload_code, validate_spec
+from mlyard.cli.resources import current_usage
+from mlyard.cli.submission import (
+    UsageError,
+    apply_overrides,
+    load_spec_file,
+    upload_code,
+    validate_spec,
+)
 from mlyard.client import Client, ClientError
 from mlyard.spec import JobStatus, parse_memory
 
@@ -96,7 +103,7 @@ def follow_job(client: Client, job: JobInfo, *, timeout: float | None = None, lo
 
 def submit(
     file: Annotated[Path, typer.Argument(help="job spec, YAML or JSON", metavar="FILE")],
-    set_values: Annotated[Optional[list[str]], typer.Option("--set", help="override a field: key.sub=value")] = None,
+    set_values: Annotated[list[str] | None, typer.Option("--set", help="override a field: key.sub=value")] = None,
     context: Annotated[Path, typer.Option(help="code directory to snapshot")] = Path("."),
     no_code: Annotated[bool, typer.Option("--no-code", help="run without a code snapshot")] = False,
     follow: Annotated[bool, typer.Option("--follow", "-f", help="stream logs until the job ends")] = False,
@@ -115,9 +122,9 @@ def run(
     cpus: Annotated[float, typer.Option(help="CPUs per replica")] = 1.0,
     gpus: Annotated[int, typer.Option(help="GPUs per replica")] = 0,
     memory: Annotated[str, typer.Option(help="memory per replica, e.g. 2Gi")] = "1Gi",
-    name: Annotated[Optional[str], typer.Option(help="job name (default: from the command)")] = None,
+    name: Annotated[str | None, typer.Option(help="job name (default: from the command)")] = None,
     framework: Annotated[str, typer.Option(help="pytorch, tensorflow or none")] = "pytorch",
-    set_values: Annotated[Optional[list[str]], typer.Option("--set", help="override a field: key.sub=value")] = None,
+    set_values: Annotated[list[str] | None, typer.Option("--set", help="override a field: key.sub=value")] = None,
     context: Annotated[Path, typer.Option(help="code directory to snapshot")] = Path("."),
     no_code: Annotated[bool, typer.Option("--no-code", help="run without a code snapshot")] = False,
     follow: Annotated[bool, typer.Option("--follow", "-f", help="stream logs until the job ends")] = False,
@@ -154,7 +161,7 @@ def _name_from(command: list[str]) -> str:
 
 def jobs(
     show_all: Annotated[bool, typer.Option("--all", "-a", help="include finished jobs")] = False,
-    status: Annotated[Optional[list[JobStatus]], typer.Option(help="only jobs in this status")] = None,
+    status: Annotated[list[JobStatus] | None, typer.Option(help="only jobs in this status")] = None,
     output: OutputOption = OutputFormat.table,
 ) -> None:
     """List jobs (unfinished ones unless --all or --status)."""
@@ -172,16 +179,17 @@ def show(job_id: JobArgument, output: OutputOption = OutputFormat.table) -> None
     """Show a job: status, exit code, replicas, events and the last log lines."""
     with Client() as client:
         job = client.job(job_id)
+        usage = current_usage(client, job_id) if output is OutputFormat.table and job.status.is_active else None
     if output is OutputFormat.json:
         print_json(job)
     else:
-        print_job_detail(job)
+        print_job_detail(job, usage=usage)
 
 
 def logs(
     job_id: JobArgument,
-    replica: Annotated[Optional[str], typer.Option("--replica", "-r", help="replica name or rank (default 0)")] = None,
-    attempt: Annotated[Optional[int], typer.Option(help="attempt number (default: latest)")] = None,
+    replica: Annotated[str | None, typer.Option("--replica", "-r", help="replica name or rank (default 0)")] = None,
+    attempt: Annotated[int | None, typer.Option(help="attempt number (default: latest)")] = None,
     follow: Annotated[bool, typer.Option("--follow", "-f", help="keep printing until the replica ends")] = False,
 ) -> None:
     """Print a replica's output (stdout and stderr)."""
@@ -212,7 +220,7 @@ def cancel(job_id: JobArgument, output: OutputOption = OutputFormat.table) -> No
 
 def wait(
     job_id: JobArgument,
-    timeout: Annotated[Optional[float], typer.Option(help="give up after this many seconds")] = None,
+    timeout: Annotated[float | None, typer.Option(help="give up after this many seconds")] = None,
     follow: Annotated[bool, typer.Option("--follow", "-f", help="stream rank 0's log and status changes")] = False,
     output: OutputOption = OutputFormat.table,
 ) -> None:

@@ -1,9 +1,10 @@
-"""`mlyard metrics JOB [--follow]`: the training metrics a job reported, one row per step."""
+"""`mlyard metrics JOB [--follow]`: the training metrics a job reported, one row per step;
+with `--resources`, what its processes used over time."""
 
 from __future__ import annotations
 
 import time
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 from rich.table import Table
@@ -11,6 +12,8 @@ from rich.table import Table
 from mlyard.api_models import METRICS_PAGE_SIZE, MetricPoint
 from mlyard.cli.jobs import JobArgument, OutputOption
 from mlyard.cli.output import OutputFormat, console, print_json
+from mlyard.cli.resources import Resolution, show_resources
+from mlyard.cli.submission import UsageError
 from mlyard.client import Client
 
 FOLLOW_SECONDS = 2.0
@@ -31,12 +34,25 @@ def _table(points: list[MetricPoint], names: list[str]) -> Table:
 
 def metrics(
     job_id: JobArgument,
-    name: Annotated[Optional[list[str]], typer.Option("--name", "-n", help="only this metric (repeatable)")] = None,
+    name: Annotated[list[str] | None, typer.Option("--name", "-n", help="only this metric (repeatable)")] = None,
     follow: Annotated[bool, typer.Option("--follow", "-f", help="keep printing new steps until the job ends")] = False,
     output: OutputOption = OutputFormat.table,
+    resources: Annotated[bool, typer.Option(
+        "--resources", help="show CPU, memory and GPU memory of the job's processes over time instead")] = False,
+    since: Annotated[str | None, typer.Option(
+        help="with --resources: how far back, e.g. 10m or 6h (default: 1h raw, 1d in minutes)")] = None,
+    resolution: Annotated[Resolution, typer.Option(
+        help="with --resources: raw samples (kept a day) or 1-minute averages (kept a month)")] = Resolution.raw,
 ) -> None:
     """Show the metrics a job reported with mlyard.sdk.report (loss, accuracy, …) by step."""
+    if not resources and (since is not None or resolution is not Resolution.raw):
+        raise UsageError("--since and --resolution go with --resources")
+    if resources and name:
+        raise UsageError("--name selects reported metrics; it does not go with --resources")
     with Client() as client:
+        if resources:
+            show_resources(client, job_id, since=since, resolution=resolution, follow=follow, output=output)
+            return
         page = client.metrics(job_id, names=name or ())
         points = list(page.points)
         while len(page.points) == METRICS_PAGE_SIZE:  # a full page: there is more

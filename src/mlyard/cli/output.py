@@ -95,18 +95,34 @@ def jobs_table(jobs: Sequence[JobInfo]) -> Table:
     return table
 
 
+USAGE_STALE_SECONDS = 60.0
+"""A node sample older than this is not shown as the node's current use (its sampler stopped)."""
+
+
+def node_usage_cells(node: NodeInfo) -> tuple[str, str, str]:
+    """CPU busy %, memory in use, and each GPU's utilization from the node's latest sample."""
+    usage = node.usage
+    if usage is None or time.time() - usage.at > USAGE_STALE_SECONDS:
+        return "-", "-", "-"
+    gpus = ",".join("-" if gpu.utilization_percent is None else f"{gpu.utilization_percent:.0f}%" for gpu in usage.gpus)
+    return (f"{usage.cpu_percent:.0f}%",
+            f"{format_bytes(usage.memory_used_bytes)} / {format_bytes(usage.memory_total_bytes)}", gpus or "-")
+
+
 def nodes_table(nodes: Sequence[NodeInfo]) -> Table:
     table = Table(box=None, header_style="bold")
-    for column in ("NAME", "ADDRESS", "CPUS (used/all)", "MEMORY (used/all)", "GPUS (used/all)", "NOTES"):
+    for column in ("NAME", "ADDRESS", "CPUS (used/all)", "MEMORY (used/all)", "GPUS (used/all)", "CPU BUSY",
+                   "MEMORY IN USE", "GPU UTIL", "NOTES"):
         table.add_column(column, no_wrap=column != "NOTES")
     for node in nodes:
         gpus = f"{node.allocated_gpus}/{len(node.gpus)}"
         if node.gpus:
             gpus += f" {node.gpus[0].model}"
+        notes = [*node.notes, *(node.inventory.notes if node.inventory else ())]
         table.add_row(
             node.name, node.address, f"{node.allocated_cpus}/{len(node.cpu_ids)}",
             f"{format_bytes(node.allocated_memory_bytes)} / {format_bytes(node.memory_bytes)}",
-            gpus, escape("; ".join(node.notes)) or "-",
+            gpus, *node_usage_cells(node), escape("; ".join(notes)) or "-",
         )
     return table
 
@@ -166,7 +182,8 @@ def attempt_text(attempt: AttemptInfo) -> str:
     return text if attempt.exit_code is None else f"{text}  (exit {attempt.exit_code})"
 
 
-def print_job_detail(job: JobDetail) -> None:
+def print_job_detail(job: JobDetail, *, usage: str | None = None) -> None:
+    """`usage`: what the job's processes use now, in words (`cli.resources.current_usage`)."""
     console.print(f"[bold]Job {job.id}[/] {escape(job.name)}  {status_text(job.status)}")
     if job.status is JobStatus.RESTARTING and job.restart_at is not None and job.restart_at > time.time():
         console.print(f"[magenta]Restarting[/] in {duration(job.restart_at - time.time())}", highlight=False)
@@ -182,6 +199,8 @@ def print_job_detail(job: JobDetail) -> None:
     ]
     if job.attempt_count:
         rows.append(("service", service_text(job)))
+    if usage:
+        rows.append(("usage", usage))
     if job.restart_count:
         rows.append(("restarts", f"{job.restart_count} of {job.spec.restart_policy.max_restarts}"))
     if job.preemption_count:

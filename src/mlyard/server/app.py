@@ -15,11 +15,19 @@ from mlyard import __version__
 from mlyard.api_models import ErrorBody, FieldError, Health, field_errors, summarize
 from mlyard.backends.base import Backend
 from mlyard.errors import MlyardError
-from mlyard.server import auth, failures
+from mlyard.server import auth, failures, telemetry
 from mlyard.server.controller import Controller
 from mlyard.server.db import Database
 from mlyard.server.leadership import Leadership, lease_for
-from mlyard.server.routers import jobs, metrics, nodes, queues, snapshots
+from mlyard.server.routers import (
+    jobs,
+    metrics,
+    monitoring,
+    nodes,
+    queues,
+    snapshots,
+    usage,
+)
 from mlyard.server.settings import ServerSettings
 from mlyard.storage import BlobStore
 
@@ -63,7 +71,8 @@ def create_app(settings: ServerSettings, *, backend: Backend | None = None) -> F
         chosen = backend or LocalBackend(cpus=settings.node_cpus, memory_bytes=settings.node_memory)
         # A controller stops for good, so each time this server becomes the leader gets a new one.
         leadership = Leadership(lease_for(database.url), lambda: Controller(
-            database=database, backend=chosen, settings=settings, blobs=blobs))
+            database=database, backend=chosen, settings=settings, blobs=blobs,
+            observe_cycle=app.state.telemetry.observe_scheduler_cycle))
         # Routers only wake the controller: leadership forwards that while leading.
         app.state.database, app.state.blobs, app.state.controller = database, blobs, leadership
         app.state.settings, app.state.leadership = settings, leadership
@@ -89,6 +98,7 @@ def create_app(settings: ServerSettings, *, backend: Backend | None = None) -> F
     app.add_exception_handler(MlyardError, _mlyard_error)
     app.add_exception_handler(OperationalError, _infrastructure_error)
     app.add_exception_handler(OSError, _infrastructure_error)
+    telemetry.install(app)
 
     @app.get(f"{API_PREFIX}/health", response_model=Health, tags=["health"])
     def health(request: Request) -> Health:
@@ -97,6 +107,7 @@ def create_app(settings: ServerSettings, *, backend: Backend | None = None) -> F
         return Health(status="ok", version=__version__, controller=leadership.role,
                       adopted=getattr(leadership.controller, "adopted", None))
 
-    for router in (jobs.router, metrics.router, nodes.router, queues.router, snapshots.router):
+    for router in (jobs.router, metrics.router, monitoring.router, nodes.router, queues.router, snapshots.router,
+                   usage.router):
         app.include_router(router, prefix=API_PREFIX)
     return app

@@ -54,6 +54,7 @@ from mlyard.server.attempts import (
 from mlyard.server.cluster import snapshot as cluster_snapshot
 from mlyard.server.db import Database
 from mlyard.server.rows import AttemptRow, JobRow, NodeRow, QueueRow, ReplicaRow
+from mlyard.server.sampling import NodeMonitor
 from mlyard.server.services.jobs import switch_status
 from mlyard.server.services.nodes import record_nodes
 from mlyard.server.settings import ServerSettings
@@ -75,18 +76,22 @@ class Controller:
     """`decide` is the scheduler's; another function with its contract may stand in for it."""
 
     def __init__(self, *, database: Database, backend: Backend, settings: ServerSettings, blobs: BlobStore,
-                 decide: Callable[[ClusterSnapshot, float], Decisions] = decide):
+                 decide: Callable[[ClusterSnapshot, float], Decisions] = decide,
+                 observe_cycle: Callable[[str, float], None] | None = None):
         self.database = database
         self.backend = backend
         self.settings = settings
         self.blobs = blobs
         self.decide = decide
+        self.observe_cycle = observe_cycle
+        """Told the policy and the seconds of every scheduling round (`telemetry.py`)."""
         self._wake = threading.Event()
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
         self._next_restart_at: float | None = None
         self.adopted: int | None = None
         """Replicas found running when this controller started; None until it has looked."""
+        self._monitor: NodeMonitor | None = None
 
     # ----------------------------------------------------------------- lifecycle
     def start(self) -> None:
@@ -98,6 +103,8 @@ class Controller:
         self._adopt()
         self._thread = threading.Thread(target=self._loop, name="mlyard-controller", daemon=True)
         self._thread.start()
+        # Sampling follows leadership: the leader's machine runs the local replicas it measures.
+        self._monitor = NodeMonitor.start_for(self.database, self.backend, self.settings)
 
     def _adopt(self) -> None:
         """Observes the replicas earlier servers left running before anything else happens, so
@@ -115,6 +122,8 @@ class Controller:
         self._wake.set()
         if self._thread is not None:
             self._thread.join(timeout=30)
+        if self._monitor is not None:
+            self._monitor.stop()
 
     def wake(self) -> None:
         self._wake.set()
@@ -274,6 +283,7 @@ class Controller:
     def _schedule(self, now: float) -> bool:
         """One scheduling round; True when it started or stopped something. Also notes when the
         next backoff ends (`_next_restart_at`), so the loop wakes for it."""
+        began = time.perf_counter()
         with self.database.transaction() as session:
             self._next_restart_at = session.scalar(select(func.min(JobRow.restart_at)).where(
                 JobRow.status == JobStatus.RESTARTING.value, JobRow.restart_at > now))
@@ -293,6 +303,8 @@ class Controller:
                                         config=self.settings.scheduler_config())
         decisions = self.decide(snapshot, now)
         stopped = self._record_decisions(decisions, now)
+        if self.observe_cycle is not None:  # launches are the backend's time, not the round's
+            self.observe_cycle(self.settings.scheduler_policy, time.perf_counter() - began)
         for decision in decisions.starts:
             self._start(decision, addresses)
         return stopped or bool(decisions.starts)
@@ -372,9 +384,11 @@ class Controller:
                                      job_id=job.id)
             switch_status(session, job, JobStatus.SCHEDULED, message=start_text(decision, spec), now=now)
             checkpoint_directory = self.settings.paths.checkpoint_directory(job.id)
+            tensorboard_directory = self.settings.paths.tensorboard_directory(job.id)
             context = JobContext(job_id=job.id, attempt=attempt.number, api_url=self.settings.url, token=token,
                                  restart_count=attempt.number - 1,
-                                 checkpoint_directory=str(checkpoint_directory), master_port=master_port)
+                                 checkpoint_directory=str(checkpoint_directory), master_port=master_port,
+                                 tensorboard_directory=str(tensorboard_directory))
             environments = replica_environments(spec, slots, context)
             roles = {role.name: role for role in spec.roles}
             launch = AttemptLaunch(
@@ -394,6 +408,7 @@ class Controller:
             attempt_id = attempt.id
         try:
             checkpoint_directory.mkdir(parents=True, exist_ok=True)
+            tensorboard_directory.mkdir(parents=True, exist_ok=True)
             handles = self.backend.launch(launch)
         except Exception as error:
             log.exception("job %s: launch failed", decision.job_id)

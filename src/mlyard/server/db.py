@@ -19,11 +19,13 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session, sessionmaker
 
 MIGRATIONS = Path(__file__).with_name("migrations")
-SCHEMA_REVISION = "0004"
+SCHEMA_REVISION = "0005"
 """The newest migration (a test keeps it equal to Alembic's head): a database already there is
 opened without importing Alembic, which is a good part of a server's start time, and a
 restarted server adopts its running jobs sooner."""
 POSTGRES_DRIVER = "postgresql+psycopg"
+READ_ONLY = "mlyard_read_only"
+"""The execution option of `Database.reading` sessions."""
 # Any 64-bit number no other application of the database is likely to use for an advisory lock.
 MIGRATION_LOCK_KEY = 0x6D6C79617264_01  # "mlyard", 1
 
@@ -60,7 +62,9 @@ def _sqlite_begin(connection) -> None:
     # A deferred transaction that reads and then writes fails at once with "database is
     # locked" when another writer committed in between; taking the write lock up front makes
     # concurrent transactions (API handlers, the controller) wait their turn instead.
-    connection.exec_driver_sql("BEGIN IMMEDIATE")
+    # A transaction of `Database.reading` takes no lock: in WAL mode it reads a snapshot while
+    # writers go on, so a long read (a metrics scrape) never holds up the controller.
+    connection.exec_driver_sql("BEGIN" if connection.get_execution_options().get(READ_ONLY) else "BEGIN IMMEDIATE")
 
 
 def insert_if_absent(session: Session, row_class: type, *, unique: Sequence[str] = (), **values: Any) -> None:
@@ -118,6 +122,7 @@ class Database:
         self.url = normalize_url(url)
         self.engine = make_engine(self.url)
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
+        self._readers = sessionmaker(self.engine.execution_options(**{READ_ONLY: True}), expire_on_commit=False)
 
     @classmethod
     def open(cls, url: str) -> Database:
@@ -134,6 +139,13 @@ class Database:
         """A session whose work is committed on success and rolled back on any error.
         No process or network call may happen inside it."""
         with self._sessions() as session, session.begin():
+            yield session
+
+    @contextmanager
+    def reading(self) -> Iterator[Session]:
+        """A session that only reads. On SQLite it reads one snapshot and neither waits for
+        writers nor holds them up (see `_sqlite_begin`); it must not write."""
+        with self._readers() as session, session.begin():
             yield session
 
     def close(self) -> None:

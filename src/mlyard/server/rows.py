@@ -184,6 +184,8 @@ class NodeRow(Base):
     notes: Mapped[list[str]] = mapped_column(JSON)
     """What the node cannot do, in words (e.g. memory limits not enforced and why)."""
     updated_at: Mapped[float] = mapped_column(Float)
+    inventory: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    """What the machine is (processor, cores, memory, GPUs) as its sampler found it (`api_models.NodeInventory`)."""
 
 
 class QueueRow(Base):
@@ -249,3 +251,64 @@ class SnapshotRow(Base):
     size: Mapped[int] = mapped_column(BigInteger)
     created_at: Mapped[float] = mapped_column(Float)
     uploaded_by: Mapped[int | None] = mapped_column(ForeignKey("users.id"), nullable=True)
+
+
+RAW_PERIOD = 0
+MINUTE_PERIOD = 60
+
+
+class NodeSampleRow(Base):
+    """A node's figures: one sample (`period` 0) or the average of a minute's samples (`period`
+    60, `at` the minute's start). Compaction rolls finished minutes up and deletes expired rows."""
+
+    __tablename__ = "node_samples"
+    __table_args__ = (Index("ix_node_samples_node_period_at", "node", "period", "at"),
+                      Index("ix_node_samples_period_at", "period", "at"))
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    node: Mapped[str] = mapped_column(String(255))
+    period: Mapped[int] = mapped_column(Integer)
+    at: Mapped[float] = mapped_column(Float)
+    samples: Mapped[int] = mapped_column(Integer)
+    """How many raw samples the row stands for: 1 for a raw sample."""
+    cpu_percent: Mapped[float] = mapped_column(Float)
+    cpu_per_core: Mapped[list[float]] = mapped_column(JSON)
+    load_1: Mapped[float] = mapped_column(Float)
+    load_5: Mapped[float] = mapped_column(Float)
+    load_15: Mapped[float] = mapped_column(Float)
+    memory_used: Mapped[int] = mapped_column(BigInteger)
+    memory_total: Mapped[int] = mapped_column(BigInteger)
+    disk_read_rate: Mapped[float] = mapped_column(Float)
+    disk_write_rate: Mapped[float] = mapped_column(Float)
+    net_rx_rate: Mapped[float] = mapped_column(Float)
+    net_tx_rate: Mapped[float] = mapped_column(Float)
+    gpus: Mapped[list[dict[str, Any]]] = mapped_column(JSON)
+    """`api_models.GpuUsage` of each GPU."""
+
+
+class JobSampleRow(Base):
+    """What a job's processes used. Raw rows (`period` 0) are per replica (its process tree);
+    minute rows (`period` 60) are per job: the replicas' sum, averaged over the minute."""
+
+    __tablename__ = "job_samples"
+    __table_args__ = (Index("ix_job_samples_job_period_at", "job_id", "period", "at"),
+                      Index("ix_job_samples_period_at", "period", "at"))
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id"))
+    attempt: Mapped[int] = mapped_column(Integer)
+    replica: Mapped[str | None] = mapped_column(String(127), nullable=True)
+    """The replica's name in a raw row; null in a minute row (all replicas)."""
+    rank: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    node: Mapped[str] = mapped_column(String(255))
+    period: Mapped[int] = mapped_column(Integer)
+    at: Mapped[float] = mapped_column(Float)
+    samples: Mapped[int] = mapped_column(Integer)
+    replicas: Mapped[int] = mapped_column(Integer)
+    """Replicas measured: 1 in a raw row."""
+    processes: Mapped[int] = mapped_column(Integer)
+    cpu_percent: Mapped[float] = mapped_column(Float)
+    """Of one core: 250 is two and a half cores busy."""
+    memory_bytes: Mapped[int] = mapped_column(BigInteger)
+    """Resident memory of the processes."""
+    gpu_memory_bytes: Mapped[int] = mapped_column(BigInteger)

@@ -13,6 +13,9 @@ from mlyard.spec import parse_duration, parse_memory
 from mlyard.storage import DEFAULT_MAX_SNAPSHOT_BYTES
 
 DEFAULT_PREEMPT_MIN_RUN = 300.0
+DEFAULT_SAMPLE_INTERVAL = 5.0
+DEFAULT_RAW_SAMPLE_RETENTION = 24 * 3600.0
+DEFAULT_MINUTE_SAMPLE_RETENTION = 30 * 24 * 3600.0
 _ZERO_DURATION = re.compile(r"^\s*0+(\.0*)?\s*[smhd]?\s*$")
 
 
@@ -20,6 +23,10 @@ def _duration_or_zero(variable: str, value: str) -> float:
     """A duration from the environment where 0 is meaningful (switch the wait off)."""
     if _ZERO_DURATION.match(value):
         return 0.0
+    return _duration(variable, value)
+
+
+def _duration(variable: str, value: str) -> float:
     try:
         return parse_duration(value)
     except ValueError as error:
@@ -51,6 +58,13 @@ class ServerSettings:
     """A job runs at least this long before a preemption for fairness (MLYARD_PREEMPT_MIN_RUN)."""
     idle_tick_seconds: float = 1.0
     busy_tick_seconds: float = 0.1
+    sample_interval_seconds: float = DEFAULT_SAMPLE_INTERVAL
+    """How often the leader measures its node and the replicas there (MLYARD_SAMPLE_INTERVAL);
+    0 switches sampling off."""
+    raw_sample_retention_seconds: float = DEFAULT_RAW_SAMPLE_RETENTION
+    """How long raw samples are kept (MLYARD_SAMPLE_RETENTION)."""
+    minute_sample_retention_seconds: float = DEFAULT_MINUTE_SAMPLE_RETENTION
+    """How long 1-minute averages of the samples are kept (MLYARD_SAMPLE_RETENTION_1M)."""
     extra: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -77,6 +91,9 @@ class ServerSettings:
         grace = environment.get("MLYARD_STOP_GRACE")
         snapshot_cap = environment.get("MLYARD_MAX_SNAPSHOT")
         min_run = environment.get("MLYARD_PREEMPT_MIN_RUN")
+        interval = environment.get("MLYARD_SAMPLE_INTERVAL")
+        raw_retention = environment.get("MLYARD_SAMPLE_RETENTION")
+        minute_retention = environment.get("MLYARD_SAMPLE_RETENTION_1M")
         return cls(
             paths=Paths(home_directory()),
             host=host or environment.get("MLYARD_HOST", DEFAULT_HOST),
@@ -89,4 +106,10 @@ class ServerSettings:
             scheduler_policy=environment.get("MLYARD_SCHEDULER_POLICY", "").strip() or DEFAULT_POLICY,
             preempt_min_run_seconds=(_duration_or_zero("MLYARD_PREEMPT_MIN_RUN", min_run) if min_run
                                      else DEFAULT_PREEMPT_MIN_RUN),
+            sample_interval_seconds=(_duration_or_zero("MLYARD_SAMPLE_INTERVAL", interval) if interval
+                                     else DEFAULT_SAMPLE_INTERVAL),
+            raw_sample_retention_seconds=(_duration("MLYARD_SAMPLE_RETENTION", raw_retention) if raw_retention
+                                          else DEFAULT_RAW_SAMPLE_RETENTION),
+            minute_sample_retention_seconds=(_duration("MLYARD_SAMPLE_RETENTION_1M", minute_retention)
+                                             if minute_retention else DEFAULT_MINUTE_SAMPLE_RETENTION),
         )

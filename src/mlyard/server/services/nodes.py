@@ -12,6 +12,7 @@ from mlyard.backends.base import NodeDescription
 from mlyard.server import auth
 from mlyard.server.db import Database
 from mlyard.server.rows import AttemptRow, NodeRow, ReplicaRow
+from mlyard.server.services.monitoring import inventory_of, latest_usage
 
 
 def record_nodes(database: Database, backend_name: str, nodes: Sequence[NodeDescription]) -> None:
@@ -56,6 +57,8 @@ def list_nodes(database: Database, principal: auth.Principal) -> list[NodeInfo]:
                     allocated_memory_bytes=sum(replica.memory_bytes for replica in mine),
                     allocated_gpus=sum(len(replica.gpu_ids) for replica in mine),
                     updated_at=row.updated_at,
+                    usage=latest_usage(session, row.name),
+                    inventory=inventory_of(row),
                 )
             )
         return result
