@@ -64,4 +64,8 @@ def test_metrics_follow_a_real_job_from_submission_to_success(server: RunningSer
     assert not [route for route in routes if re.search(r"/\d+(/|$)", route)], f"raw paths as labels: {routes}"
 
     assert after.value("mlyard_node_cpus") == 2, "MLYARD_NODE_CPUS of the test server"
+    sampled = wait_until(lambda: (scrape := Scrape(server)).samples("mlyard_node_cpu_utilization_ratio") and scrape,
+                         60, "the node sampler's gauges")
+    assert 0 <= sampled.value("mlyard_node_cpu_utilization_ratio") <= 1
+    assert sampled.value("mlyard_node_memory_used_bytes") > 0
     assert after.value("mlyard_node_cpus_allocated") == held

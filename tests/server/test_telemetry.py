@@ -11,10 +11,12 @@ from pathlib import Path
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
+from mlyard.api_models import GpuUsage, NodeUsage
 from mlyard.config import Paths
 from mlyard.server.app import create_app
 from mlyard.server.db import Database
 from mlyard.server.rows import AttemptRow, JobRow, NodeRow, QueueRow, ReplicaRow
+from mlyard.server.services import monitoring
 from mlyard.server.settings import ServerSettings
 from mlyard.server.telemetry import (
     JOB_DURATION_BUCKETS,
@@ -102,6 +104,40 @@ def test_job_node_and_wait_families_come_from_the_rows(database_url: str) -> Non
     assert sample(samples, "mlyard_node_memory_allocated_bytes", node="n1") == 1 << 30
     assert sample(samples, "mlyard_node_gpus", node="n1") == 2
     assert sample(samples, "mlyard_node_gpus_allocated", node="n1") == 1
+
+
+def test_live_node_and_gpu_gauges_come_from_each_nodes_latest_sample(database_url: str) -> None:
+    now = time.time()
+
+    def usage(at: float, cpu: float, gpus: list[GpuUsage]) -> NodeUsage:
+        return NodeUsage(at=at, cpu_percent=cpu, load_average=[0, 0, 0], memory_used_bytes=int(cpu) << 20,
+                         memory_total_bytes=1 << 30, gpus=gpus)
+
+    database = Database.open(database_url)
+    try:
+        monitoring.record(database, "gpu-node", [
+            usage(now - 10, 90.0, [GpuUsage(index=0, utilization_percent=10.0)]),
+            usage(now - 5, 25.0, [GpuUsage(index=0, utilization_percent=75.0, memory_used_bytes=3 << 30,
+                                           temperature_celsius=61.0, power_watts=300.0),
+                                  GpuUsage(index=1, utilization_percent=0.0)]),  # NVML gave nothing else
+        ])
+        monitoring.record(database, "cpu-node", [usage(now - 5, 50.0, [])])
+        monitoring.record(database, "gone-node", [usage(now - 3600, 80.0, [])])
+        samples = samples_of(DatabaseCollector(lambda: database).collect())
+    finally:
+        database.close()
+
+    assert sample(samples, "mlyard_node_cpu_utilization_ratio", node="gpu-node") == 0.25  # the latest
+    assert sample(samples, "mlyard_node_memory_used_bytes", node="gpu-node") == 25 << 20
+    assert sample(samples, "mlyard_node_cpu_utilization_ratio", node="cpu-node") == 0.5
+    assert sample(samples, "mlyard_node_cpu_utilization_ratio", node="gone-node") is None, "a stale sample"
+    assert sample(samples, "mlyard_gpu_utilization_ratio", node="gpu-node", gpu="0") == 0.75
+    assert sample(samples, "mlyard_gpu_utilization_ratio", node="gpu-node", gpu="1") == 0.0
+    assert sample(samples, "mlyard_gpu_memory_used_bytes", node="gpu-node", gpu="0") == 3 << 30
+    assert sample(samples, "mlyard_gpu_temperature_celsius", node="gpu-node", gpu="0") == 61.0
+    assert sample(samples, "mlyard_gpu_power_watts", node="gpu-node", gpu="0") == 300.0
+    assert sample(samples, "mlyard_gpu_power_watts", node="gpu-node", gpu="1") is None, "not measured is not 0"
+    assert not [key for key in samples if key[0].startswith("mlyard_gpu_") and ("node", "cpu-node") in key[1]]
 
 
 async def _requests(app, home: Path) -> str:

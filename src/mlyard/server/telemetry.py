@@ -30,7 +30,15 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from mlyard.server.cluster import DEFAULT_QUEUE
 from mlyard.server.db import Database
-from mlyard.server.rows import AttemptRow, JobRow, NodeRow, QueueRow, ReplicaRow
+from mlyard.server.rows import (
+    RAW_PERIOD,
+    AttemptRow,
+    JobRow,
+    NodeRow,
+    NodeSampleRow,
+    QueueRow,
+    ReplicaRow,
+)
 from mlyard.spec import TERMINAL_STATUSES, JobStatus
 
 METRICS_PATH = "/metrics"
@@ -66,8 +74,11 @@ SAMPLER_FAMILIES: dict[str, str] = {
     "mlyard_gpu_temperature_celsius": "gauge",
     "mlyard_gpu_power_watts": "gauge",
 }
-"""Live node and GPU gauges, to be exported from the node sampler's measurements by one more
-entry in `DATABASE_SOURCES`; the dashboard already draws them. Not emitted until then."""
+"""Live node and GPU gauges from each node's latest sample (`node_usage`); a node that has no
+recent sample, or no GPUs, has none of them."""
+
+STALE_SAMPLE_SECONDS = 300.0
+"""An older sample describes a node nobody measures any more: it is left out, not repeated."""
 
 Source = Callable[[Session], Iterable[Metric]]
 """Families from one read of the database; every source of a scrape shares one transaction."""
@@ -162,7 +173,47 @@ def node_resources(session: Session) -> Iterable[Metric]:
     yield from families
 
 
-DATABASE_SOURCES: tuple[Source, ...] = (job_counts, queue_waits, job_durations, node_resources)
+def node_usage(session: Session) -> Iterable[Metric]:
+    """The node sampler's latest raw sample of each node."""
+    latest = (select(NodeSampleRow.node, func.max(NodeSampleRow.at).label("at"))
+              .where(NodeSampleRow.period == RAW_PERIOD, NodeSampleRow.at >= time.time() - STALE_SAMPLE_SECONDS)
+              .group_by(NodeSampleRow.node).subquery())
+    rows = session.scalars(select(NodeSampleRow).join(latest, and_(
+        NodeSampleRow.node == latest.c.node, NodeSampleRow.at == latest.c.at, NodeSampleRow.period == RAW_PERIOD))
+        .order_by(NodeSampleRow.node))
+    cpu = GaugeMetricFamily("mlyard_node_cpu_utilization_ratio", "Busy share of all the node's cores, 0-1.",
+                            labels=["node"])
+    memory = GaugeMetricFamily("mlyard_node_memory_used_bytes", "Memory in use on the node.", labels=["node"])
+    per_gpu = {
+        "utilization_percent": GaugeMetricFamily("mlyard_gpu_utilization_ratio", "Busy share of the GPU, 0-1.",
+                                                 labels=["node", "gpu"]),
+        "memory_used_bytes": GaugeMetricFamily("mlyard_gpu_memory_used_bytes", "GPU memory in use.",
+                                               labels=["node", "gpu"]),
+        "temperature_celsius": GaugeMetricFamily("mlyard_gpu_temperature_celsius", "GPU temperature.",
+                                                 labels=["node", "gpu"]),
+        "power_watts": GaugeMetricFamily("mlyard_gpu_power_watts", "GPU power draw.", labels=["node", "gpu"]),
+    }
+    seen: set[str] = set()
+    for row in rows:
+        if row.node in seen:  # two samples of one node at the very same time: the first will do
+            continue
+        seen.add(row.node)
+        cpu.add_metric([row.node], row.cpu_percent / 100)
+        memory.add_metric([row.node], row.memory_used)
+        for gpu in row.gpus:
+            labels = [row.node, str(gpu["index"])]
+            for key, family in per_gpu.items():
+                value = gpu.get(key)
+                if value is not None:
+                    family.add_metric(labels, value / 100 if key == "utilization_percent" else value)
+    yield cpu
+    yield memory
+    for family in per_gpu.values():
+        if family.samples:
+            yield family
+
+
+DATABASE_SOURCES: tuple[Source, ...] = (job_counts, queue_waits, job_durations, node_resources, node_usage)
 
 
 class DatabaseCollector(Collector):
