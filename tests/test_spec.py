@@ -267,6 +267,28 @@ def test_preemption_grace_is_an_optional_duration() -> None:
     assert error_locations(preemption_grace="0") == [("preemption_grace",)]
 
 
+def test_a_job_is_a_batch_job_unless_it_says_it_is_interactive() -> None:
+    job = spec()
+    assert (job.interactive, job.idle_timeout) == (False, None)
+    assert spec(interactive=True).idle_timeout is None  # the server's timeout applies
+
+
+@pytest.mark.parametrize(("value", "seconds"), [("15s", 15.0), ("30m", 1800.0), (90, 90.0), ("0", 0.0), (0, 0.0)])
+def test_the_idle_timeout_of_an_interactive_job_is_a_duration_where_0_means_never(value: Any, seconds: float) -> None:
+    assert spec(interactive=True, idle_timeout=value).idle_timeout == seconds
+
+
+@pytest.mark.parametrize("value", ["soon", -5, "1w", True])
+def test_an_unreadable_idle_timeout_is_rejected_at_its_field(value: Any) -> None:
+    assert error_locations(interactive=True, idle_timeout=value) == [("idle_timeout",)]
+
+
+def test_an_idle_timeout_on_a_batch_job_is_rejected_at_its_field_saying_why() -> None:
+    assert error_locations(idle_timeout="15m") == [("idle_timeout",)]
+    assert "interactive" in error_messages(interactive=False, idle_timeout="15m")
+    assert error_locations(interactive="sometimes") == [("interactive",)]
+
+
 def test_snapshot_must_be_a_sha256_hex_digest() -> None:
     digest = "ab" * 32
     assert spec(snapshot=digest).snapshot == digest

@@ -108,6 +108,11 @@ class JobInfo(BaseModel):
     preemption_count: int = Field(default=0, description="times the scheduler stopped it and queued it again")
     restart_count: int = Field(default=0, description="times it was restarted after a failed attempt")
     restart_at: float | None = Field(default=None, description="while RESTARTING: when its backoff ends")
+    idle_since: float | None = Field(
+        default=None, description="while RUNNING: since when its GPUs (its CPU, without GPUs) stayed under the "
+        "server's idle threshold; null while it is busy or not judged yet"
+    )
+    idle_reason: str | None = Field(default=None, description="the idle warning in words, with `idle_since`")
     spec: JobSpec
 
 
@@ -385,3 +390,25 @@ class JobResources(BaseModel):
     resolution: SampleResolution
     points: list[JobUsagePoint] = Field(description="oldest first")
     replicas: list[ReplicaUsage] = Field(description="the latest sample of each replica of the latest attempt")
+
+
+class RunningJobUsage(BaseModel):
+    """A job holding resources (its latest attempt not finished) with its replicas' latest
+    figures added up; the figures are null when none is recent."""
+
+    job_id: int
+    name: str
+    user: str | None = Field(description="the job's owner; null for a job submitted with a token of no user")
+    project: str
+    queue: str
+    status: JobStatus
+    replicas: int = Field(description="replicas of the holding attempt")
+    nodes: list[str] = Field(description="where they run, in rank order, each node once")
+    cpus: int = Field(description="cores the replicas hold")
+    gpus: int = Field(description="GPUs the replicas hold")
+    launched_at: float | None = Field(description="when the holding attempt was launched")
+    at: float | None = Field(default=None, description="the latest sample among its replicas")
+    cpu_percent: float | None = Field(default=None, description="of one core: 250 is two and a half cores busy")
+    memory_bytes: int | None = None
+    gpu_memory_bytes: int | None = None
+    measured: int = Field(default=0, description="replicas with a recent sample")

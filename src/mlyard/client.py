@@ -28,6 +28,7 @@ from mlyard.api_models import (
     NodeInfo,
     NodeSamples,
     QueueInfo,
+    RunningJobUsage,
     SnapshotInfo,
     TensorBoardInfo,
     UsageReport,
@@ -181,6 +182,10 @@ class Client:
         """CPU, memory and GPU memory of the job's processes over time, and of each replica now."""
         params: dict[str, Any] = {"resolution": resolution, **({"since": since} if since is not None else {})}
         return JobResources.model_validate(self._request("GET", f"/jobs/{job_id}/resources", params=params).json())
+
+    def running_jobs(self) -> list[RunningJobUsage]:
+        """Every job holding resources with its replicas' latest figures added up, in one request."""
+        return TypeAdapter(list[RunningJobUsage]).validate_python(self._request("GET", "/resources/jobs").json())
 
     def queues(self) -> list[QueueInfo]:
         return TypeAdapter(list[QueueInfo]).validate_python(self._request("GET", "/queues").json())

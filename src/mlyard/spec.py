@@ -16,7 +16,14 @@ import re
 import shlex
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 _MEMORY_UNITS = {
     "": 1,
@@ -29,6 +36,7 @@ _MEMORY_UNITS = {
 _QUANTITY = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
 _DURATION_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
+_ZERO_DURATION = re.compile(r"^\s*0+(\.0*)?\s*[smhd]?\s*$")
 NAME_PATTERN = r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$"
 
 
@@ -179,6 +187,16 @@ class JobSpec(_Strict):
         description="seconds between SIGTERM and SIGKILL when the scheduler preempts or resizes the job, "
         "time to write a checkpoint; accepts 30s, 2m (default: the server's stop grace)",
     )
+    interactive: bool = Field(
+        default=False,
+        description="a notebook, shell or other session rather than a batch run: stopped once it has been idle "
+        "for idle_timeout",
+    )
+    idle_timeout: float | None = Field(
+        default=None,
+        description="interactive jobs only: how long it may stay idle before it is stopped; accepts 30m, 2h; "
+        "0 never stops it (default: the server's MLYARD_INTERACTIVE_IDLE_TIMEOUT)",
+    )
     queue: str = Field(default="default", pattern=NAME_PATTERN)
     project: str = Field(default="default", pattern=NAME_PATTERN)
     priority: int = Field(default=0, ge=-1000, le=1000)
@@ -197,6 +215,20 @@ class JobSpec(_Strict):
     @classmethod
     def _durations(cls, value: Any) -> float | None:
         return None if value is None else parse_duration(value)
+
+    @field_validator("idle_timeout", mode="before")
+    @classmethod
+    def _idle_timeout(cls, value: Any, info: ValidationInfo) -> float | None:
+        if value is None:
+            return None
+        if not info.data.get("interactive", False):
+            # Refused rather than ignored: a timeout that never fires would look like a bug later.
+            raise ValueError("only an interactive job is stopped when idle; set interactive: true or leave it out")
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and value == 0:
+            return 0.0
+        if isinstance(value, str) and _ZERO_DURATION.match(value):
+            return 0.0
+        return parse_duration(value)
 
     @field_validator("env")
     @classmethod

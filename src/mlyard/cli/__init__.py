@@ -14,6 +14,7 @@ from mlyard.cli.output import errors
 from mlyard.cli.sim import sim
 from mlyard.cli.submission import UsageError
 from mlyard.cli.tensorboard import tensorboard
+from mlyard.cli.top import top
 from mlyard.cli.usage import usage
 from mlyard.client import ClientError
 from mlyard.errors import MlyardError
@@ -34,6 +35,7 @@ app.add_typer(queues.queues_app, name="queues")
 app.command()(sim)
 app.command()(usage)
 app.command()(tensorboard)
+app.command()(top)
 
 
 def main() -> None:

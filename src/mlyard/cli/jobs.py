@@ -124,6 +124,10 @@ def run(
     memory: Annotated[str, typer.Option(help="memory per replica, e.g. 2Gi")] = "1Gi",
     name: Annotated[str | None, typer.Option(help="job name (default: from the command)")] = None,
     framework: Annotated[str, typer.Option(help="pytorch, tensorflow or none")] = "pytorch",
+    interactive: Annotated[bool, typer.Option(
+        "--interactive", help="a session (notebook, shell) rather than a batch run: stopped once idle")] = False,
+    idle_timeout: Annotated[str | None, typer.Option(
+        help="with --interactive: how long it may stay idle, e.g. 30m; 0: never (default: the server's)")] = None,
     set_values: Annotated[list[str] | None, typer.Option("--set", help="override a field: key.sub=value")] = None,
     context: Annotated[Path, typer.Option(help="code directory to snapshot")] = Path("."),
     no_code: Annotated[bool, typer.Option("--no-code", help="run without a code snapshot")] = False,
@@ -138,6 +142,10 @@ def run(
         "framework": framework,
         "roles": [{"name": "worker", "replicas": replicas, "resources": {"cpu": cpus, "gpu": gpus, "memory": memory}}],
     }
+    if interactive:
+        data["interactive"] = True
+    if idle_timeout is not None:
+        data["idle_timeout"] = idle_timeout
     data = apply_overrides(data, set_values or [])
     _submit_and_report(data, context=context, no_code=no_code, follow=follow, output=output,
                        max_code_size=max_code_size)

@@ -89,10 +89,18 @@ def jobs_table(jobs: Sequence[JobInfo]) -> Table:
         table.add_column(column, no_wrap=column != "MESSAGE")
     for job in jobs:
         table.add_row(
-            str(job.id), job.name, status_text(job.status), str(job.replica_count), job.queue,
-            ago(job.submitted_at), duration(job_runtime(job)), escape(job.wait_reason or job.message or ""),
+            str(job.id), job.name, status_text(job.status) + idle_marker(job), str(job.replica_count), job.queue,
+            ago(job.submitted_at), duration(job_runtime(job)),
+            escape(job.wait_reason or job.message or job.idle_reason or ""),
         )
     return table
+
+
+def idle_marker(job: JobInfo) -> str:
+    """What follows the status of a running job that leaves what it holds idle."""
+    if job.idle_since is None:
+        return ""
+    return f" [yellow](idle {duration(time.time() - job.idle_since)})[/]"
 
 
 USAGE_STALE_SECONDS = 60.0
@@ -189,6 +197,9 @@ def print_job_detail(job: JobDetail, *, usage: str | None = None) -> None:
         console.print(f"[magenta]Restarting[/] in {duration(job.restart_at - time.time())}", highlight=False)
     if job.status in (JobStatus.QUEUED, JobStatus.RESTARTING) and job.wait_reason:
         console.print(f"[yellow]Waiting:[/] {escape(job.wait_reason)}", highlight=False)
+    if job.idle_since is not None:
+        console.print(f"[yellow]Warning:[/] {escape(job.idle_reason or 'idle')} "
+                      f"(idle for {duration(time.time() - job.idle_since)})", highlight=False)
     rows = [
         ("command", job.spec.display_command()),
         ("framework", job.spec.framework),
@@ -197,6 +208,13 @@ def print_job_detail(job: JobDetail, *, usage: str | None = None) -> None:
         ("runtime", duration(job_runtime(job))),
         ("attempts", str(job.attempt_count)),
     ]
+    if job.spec.interactive:
+        timeout = job.spec.idle_timeout
+        if timeout is None:
+            when = "after the server's idle timeout"
+        else:
+            when = f"after {duration(timeout)} idle" if timeout else "never"
+        rows.append(("idle stop", f"interactive: {when}"))
     if job.attempt_count:
         rows.append(("service", service_text(job)))
     if usage:

@@ -45,6 +45,15 @@ def end_attempt(attempt: AttemptRow, now: float) -> None:
     job.attained_service = (job.attained_service or 0.0) + service_rate(attempt.replicas) * run_time
 
 
+def request_stop(attempt: AttemptRow, outcome: JobStatus, reason: str, now: float, *, grace: float) -> None:
+    """Asks the controller to stop the attempt: it sends SIGTERM on its next pass, SIGKILL after
+    `grace`, and gives the job `outcome` once no replica is left."""
+    attempt.stop_requested_at = now
+    attempt.stop_deadline = now + grace
+    attempt.stop_outcome = outcome.value
+    attempt.stop_reason = reason
+
+
 def scheduler_stop_unsignalled(attempt: AttemptRow) -> bool:
     return attempt.stop_outcome == JobStatus.PREEMPTED.value and attempt.stop_signalled_at is None
 

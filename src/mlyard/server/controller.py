@@ -47,6 +47,7 @@ from mlyard.server.attempts import (
     holding_attempts,
     lock_jobs,
     replica_reference,
+    request_stop,
     schedulable,
     scheduler_stop_unsignalled,
     start_text,
@@ -244,10 +245,8 @@ class Controller:
 
     def _request_stop(self, attempt: AttemptRow, outcome: JobStatus, reason: str, now: float,
                       *, grace: float | None = None) -> None:
-        attempt.stop_requested_at = now
-        attempt.stop_deadline = now + (self.settings.stop_grace_seconds if grace is None else grace)
-        attempt.stop_outcome = outcome.value
-        attempt.stop_reason = reason
+        request_stop(attempt, outcome, reason, now,
+                     grace=self.settings.stop_grace_seconds if grace is None else grace)
         log.info("job %s attempt %s: stopping (%s)", attempt.job_id, attempt.number, reason)
 
     @staticmethod

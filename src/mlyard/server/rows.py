@@ -88,6 +88,11 @@ class JobRow(Base):
     """Restarts after failures so far; `spec.restart_policy.max_restarts` bounds it."""
     restart_at: Mapped[float | None] = mapped_column(Float, nullable=True)
     """While RESTARTING: when the backoff ends and the job may be scheduled again."""
+    idle_since: Mapped[float | None] = mapped_column(Float, nullable=True)
+    """While RUNNING: since when its GPUs (its CPU, for a job without GPUs) stayed under the idle
+    threshold, as the utilization check found it (`idleness.py`); cleared when it leaves RUNNING."""
+    idle_reason: Mapped[str | None] = mapped_column(Text, nullable=True)
+    """The idle warning in words, set and cleared with `idle_since`."""
 
     owner: Mapped[UserRow | None] = relationship()
     attempts: Mapped[list[AttemptRow]] = relationship(

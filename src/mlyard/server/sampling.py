@@ -1,6 +1,6 @@
 """The leader's sampling thread: measures its node and the replicas running there every
-`sample_interval_seconds`, stores the figures through `services.monitoring`, and compacts the
-sample tables every minute.
+`sample_interval_seconds`, stores the figures through `services.monitoring`, compacts the
+sample tables every minute, and applies the utilization policies (`idleness.py`) about as often.
 
 It belongs to the controller because the controller's server is the one that started (or
 adopted) the local replicas and is the only one that can see their processes; standbys
@@ -19,6 +19,7 @@ from sqlalchemy import select
 from mlyard.api_models import GpuUsage, NodeInventory, NodeUsage, ReplicaUsage
 from mlyard.backends.base import Backend
 from mlyard.monitor import Root, Sample, Sampler
+from mlyard.server import idleness
 from mlyard.server.db import Database
 from mlyard.server.rows import AttemptRow, ReplicaRow
 from mlyard.server.services import monitoring
@@ -41,6 +42,7 @@ class NodeMonitor:
         self._thread: threading.Thread | None = None
         self.sampler = Sampler()  # from now on its deltas count
         self._compacted_at = 0.0
+        self._idleness_checked_at = 0.0
 
     @classmethod
     def start_for(cls, database: Database, backend: Backend, settings: ServerSettings) -> NodeMonitor | None:
@@ -85,6 +87,9 @@ class NodeMonitor:
                     self.compact()
             except Exception:  # a bad pass must not end sampling; the next one retries
                 log.exception("sampling failed")
+            # Judged right after a sample, so the newest figures are in the window.
+            if time.time() - self._idleness_checked_at >= idleness.check_interval(self.settings):
+                self.check_idleness()
 
     def sample_once(self) -> Sample[ReplicaKey]:
         with self.database.transaction() as session:
@@ -105,6 +110,13 @@ class NodeMonitor:
             for (job_id, attempt, replica, rank), tree in sample.trees.items()
         ])
         return sample
+
+    def check_idleness(self) -> None:
+        self._idleness_checked_at = time.time()
+        try:
+            idleness.check(self.database, self.settings, self._idleness_checked_at)
+        except Exception:  # the next check retries; sampling goes on meanwhile
+            log.exception("checking for idle jobs failed")
 
     def compact(self) -> None:
         self._compacted_at = time.time()

@@ -16,6 +16,9 @@ DEFAULT_PREEMPT_MIN_RUN = 300.0
 DEFAULT_SAMPLE_INTERVAL = 5.0
 DEFAULT_RAW_SAMPLE_RETENTION = 24 * 3600.0
 DEFAULT_MINUTE_SAMPLE_RETENTION = 30 * 24 * 3600.0
+DEFAULT_IDLE_GPU_UTILIZATION = 10.0
+DEFAULT_IDLE_AFTER = 30 * 60.0
+DEFAULT_INTERACTIVE_IDLE_TIMEOUT = 3600.0
 _ZERO_DURATION = re.compile(r"^\s*0+(\.0*)?\s*[smhd]?\s*$")
 
 
@@ -31,6 +34,16 @@ def _duration(variable: str, value: str) -> float:
         return parse_duration(value)
     except ValueError as error:
         raise MlyardError(f"{variable}: {error}") from None
+
+
+def _percent(variable: str, value: str) -> float:
+    try:
+        percent = float(value.strip().removesuffix("%"))
+    except ValueError:
+        percent = float("nan")
+    if not 0 <= percent <= 100:  # also false for nan
+        raise MlyardError(f"{variable}: {value!r} is not a percentage from 0 to 100")
+    return percent
 
 
 @dataclass(frozen=True)
@@ -65,6 +78,13 @@ class ServerSettings:
     """How long raw samples are kept (MLYARD_SAMPLE_RETENTION)."""
     minute_sample_retention_seconds: float = DEFAULT_MINUTE_SAMPLE_RETENTION
     """How long 1-minute averages of the samples are kept (MLYARD_SAMPLE_RETENTION_1M)."""
+    idle_gpu_utilization: float = DEFAULT_IDLE_GPU_UTILIZATION
+    """A job's GPUs under this utilization (percent) count as idle (MLYARD_IDLE_GPU_UTILIZATION)."""
+    idle_after_seconds: float = DEFAULT_IDLE_AFTER
+    """A running job idle for this long gets a warning (MLYARD_IDLE_AFTER); 0 switches the warning off."""
+    interactive_idle_timeout_seconds: float = DEFAULT_INTERACTIVE_IDLE_TIMEOUT
+    """An interactive job without an `idle_timeout` of its own is stopped after this long idle
+    (MLYARD_INTERACTIVE_IDLE_TIMEOUT); 0: never."""
     extra: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -94,6 +114,9 @@ class ServerSettings:
         interval = environment.get("MLYARD_SAMPLE_INTERVAL")
         raw_retention = environment.get("MLYARD_SAMPLE_RETENTION")
         minute_retention = environment.get("MLYARD_SAMPLE_RETENTION_1M")
+        idle_gpu = environment.get("MLYARD_IDLE_GPU_UTILIZATION")
+        idle_after = environment.get("MLYARD_IDLE_AFTER")
+        interactive_timeout = environment.get("MLYARD_INTERACTIVE_IDLE_TIMEOUT")
         return cls(
             paths=Paths(home_directory()),
             host=host or environment.get("MLYARD_HOST", DEFAULT_HOST),
@@ -112,4 +135,11 @@ class ServerSettings:
                                           else DEFAULT_RAW_SAMPLE_RETENTION),
             minute_sample_retention_seconds=(_duration("MLYARD_SAMPLE_RETENTION_1M", minute_retention)
                                              if minute_retention else DEFAULT_MINUTE_SAMPLE_RETENTION),
+            idle_gpu_utilization=(_percent("MLYARD_IDLE_GPU_UTILIZATION", idle_gpu) if idle_gpu
+                                  else DEFAULT_IDLE_GPU_UTILIZATION),
+            idle_after_seconds=(_duration_or_zero("MLYARD_IDLE_AFTER", idle_after) if idle_after
+                                else DEFAULT_IDLE_AFTER),
+            interactive_idle_timeout_seconds=(
+                _duration_or_zero("MLYARD_INTERACTIVE_IDLE_TIMEOUT", interactive_timeout) if interactive_timeout
+                else DEFAULT_INTERACTIVE_IDLE_TIMEOUT),
         )

@@ -1,4 +1,5 @@
-"""What nodes and jobs use: `GET /nodes/{name}/samples` and `GET /jobs/{id}/resources`."""
+"""What nodes and jobs use: `GET /nodes/{name}/samples`, `GET /jobs/{id}/resources` and
+`GET /resources/jobs`."""
 
 from __future__ import annotations
 
@@ -6,7 +7,12 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path, Query
 
-from mlyard.api_models import JobResources, NodeSamples, SampleResolution
+from mlyard.api_models import (
+    JobResources,
+    NodeSamples,
+    RunningJobUsage,
+    SampleResolution,
+)
 from mlyard.server.routers.dependencies import DatabaseDependency, PrincipalDependency
 from mlyard.server.routers.jobs import ERRORS, JobId
 from mlyard.server.services import monitoring
@@ -45,3 +51,10 @@ def job_resources(
     """CPU, memory and GPU memory of a job's processes over time (its replicas added up), and
     the latest figures of each replica."""
     return monitoring.job_resources(database, caller, job_id, since=since, resolution=resolution, limit=limit)
+
+
+@router.get("/resources/jobs", response_model=list[RunningJobUsage], responses=ERRORS)
+def running_jobs(database: DatabaseDependency, caller: PrincipalDependency) -> list[RunningJobUsage]:
+    """Every job holding resources, by id, with the latest CPU, memory and GPU memory of its
+    replicas added up (null when none is under a minute old)."""
+    return monitoring.running_jobs(database, caller)

@@ -71,6 +71,8 @@ def switch_status(
     job.message = message  # the reason for the latest change; none for a plain step forward
     if target is JobStatus.RUNNING and job.started_at is None:
         job.started_at = now
+    if target is not JobStatus.RUNNING:  # an idle warning is about the attempt running now
+        job.idle_since = job.idle_reason = None
     if target.is_terminal:
         job.finished_at = now
         auth.revoke_job_tokens(session, job.id)
@@ -268,6 +270,8 @@ def job_info(job: JobRow, *, now: float | None = None) -> JobInfo:
         preemption_count=job.preemption_count or 0,
         restart_count=job.restart_count or 0,
         restart_at=job.restart_at if job.status == JobStatus.RESTARTING.value else None,
+        idle_since=job.idle_since if job.status == JobStatus.RUNNING.value else None,
+        idle_reason=job.idle_reason if job.status == JobStatus.RUNNING.value else None,
         spec=spec,
     )
 
