@@ -4,7 +4,7 @@ VENV := .venv
 TF_VENV := .venv-tf
 BIN := $(VENV)/bin
 
-.PHONY: demo test test-fast bench clean
+.PHONY: demo test test-fast bench clean vendor
 
 $(VENV)/.installed: pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "mlyard needs Python 3.11 or newer")'
@@ -36,6 +36,11 @@ bench: $(VENV)/.installed
 	$(BIN)/python bench/sched_replay.py
 	$(BIN)/python bench/recovery.py
 	$(BIN)/python bench/monitor_overhead.py
+
+# Copies the web UI's front-end libraries (pinned in frontend/package.json) into the package;
+# the copies are committed, so running mlyard needs no npm.
+vendor:
+	./scripts/vendor-frontend.sh
 
 clean:
 	rm -rf $(VENV) $(TF_VENV) build src/*.egg-info

@@ -11,7 +11,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from sqlalchemy.exc import OperationalError
 
-from mlyard import __version__
+from mlyard import __version__, web
 from mlyard.api_models import ErrorBody, FieldError, Health, field_errors, summarize
 from mlyard.backends.base import Backend
 from mlyard.errors import MlyardError
@@ -110,4 +110,5 @@ def create_app(settings: ServerSettings, *, backend: Backend | None = None) -> F
     for router in (jobs.router, metrics.router, monitoring.router, nodes.router, queues.router, snapshots.router,
                    usage.router):
         app.include_router(router, prefix=API_PREFIX)
+    web.install(app)
     return app

@@ -177,10 +177,10 @@ def _insert(database: Database, principal: auth.Principal, spec: JobSpec,
 
 def list_jobs(
     database: Database, principal: auth.Principal, *, statuses: Sequence[JobStatus] = (), include_finished: bool = False,
-    limit: int = 200,
+    limit: int = 200, offset: int = 0,
 ) -> list[JobInfo]:
     auth.authorize(principal, auth.Action.READ, job_id=principal.job_id)
-    query = (select(JobRow).order_by(JobRow.id.desc()).limit(limit)
+    query = (select(JobRow).order_by(JobRow.id.desc()).limit(limit).offset(offset)
              .options(selectinload(JobRow.attempts).selectinload(AttemptRow.replicas)))
     if statuses:
         query = query.where(JobRow.status.in_([status.value for status in statuses]))

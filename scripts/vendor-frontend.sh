@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Copies the web UI's front-end libraries from their npm packages into the Python package, so
+# the server needs neither npm nor a network at run time. Versions: frontend/package.json.
+set -euo pipefail
+cd "$(dirname "$0")/../frontend"
+if [[ -f package-lock.json ]]; then
+    npm ci --ignore-scripts --no-audit --no-fund
+else
+    npm install --ignore-scripts --no-audit --no-fund
+fi
+vendor=../src/mlyard/web/static/vendor
+rm -rf "$vendor"
+mkdir -p "$vendor/htmx.org" "$vendor/uplot"
+cp node_modules/htmx.org/dist/htmx.min.js node_modules/htmx.org/LICENSE "$vendor/htmx.org/"
+cp node_modules/uplot/dist/uPlot.iife.min.js node_modules/uplot/dist/uPlot.min.css node_modules/uplot/LICENSE \
+    "$vendor/uplot/"
+# The versions the copies came from, read by the server and checked by tests/web/test_web_assets.py.
+node -e '
+const fs = require("fs");
+const versions = {};
+for (const name of ["htmx.org", "uplot"]) {
+  versions[name] = JSON.parse(fs.readFileSync(`node_modules/${name}/package.json`)).version;
+}
+fs.writeFileSync(process.argv[1], JSON.stringify(versions, null, 2) + "\n");
+' "$vendor/versions.json"
+ls -l "$vendor"/*
