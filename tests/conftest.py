@@ -48,9 +48,9 @@ class RunningServer:
         return f"http://127.0.0.1:{self.port}"
 
     def cli(self, *arguments: str, cwd: Path = REPOSITORY, timeout: float = 300,
-            check: bool = False) -> subprocess.CompletedProcess[str]:
+            check: bool = False, input: str | None = None) -> subprocess.CompletedProcess[str]:
         result = subprocess.run([MLYARD, *arguments], cwd=cwd, env=self.env, capture_output=True, text=True,
-                                timeout=timeout, check=False)
+                                timeout=timeout, check=False, input=input)
         if check and result.returncode != 0:
             raise AssertionError(f"mlyard {' '.join(arguments)} failed ({result.returncode}):\n"
                                  f"{result.stdout}\n{result.stderr}")
@@ -79,7 +79,9 @@ def start_server(home: Path, *, database: str = "sqlite", **environment: str) ->
     if database not in DATABASES:
         raise ValueError(f"database must be one of {DATABASES}, not {database!r}")
     env = {key: value for key, value in os.environ.items() if not key.startswith("MLYARD_")}
-    env.update({"MLYARD_HOME": str(home), "MLYARD_NODE_CPUS": "2", "MLYARD_STOP_GRACE": "3"})
+    # MLYARD_CONFIG_DIR: `mlyard login` in a test must not write to, or read from, the real user's files.
+    env.update({"MLYARD_HOME": str(home), "MLYARD_NODE_CPUS": "2", "MLYARD_STOP_GRACE": "3",
+                "MLYARD_CONFIG_DIR": str(home / "cli-config")})
     if database == "postgresql" and "MLYARD_DATABASE_URL" not in environment:
         env["MLYARD_DATABASE_URL"] = postgres.create_database()
     env.update(environment)
@@ -181,3 +183,7 @@ def favour(pid: int) -> None:
         psutil.Process(pid).nice(-10)
     except psutil.Error:
         pass
+
+
+# Last: browsing.py imports the helpers above from this module.
+from browsing import browser, visit, web_server  # noqa: F401 - browser fixtures for tests/web

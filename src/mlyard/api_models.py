@@ -89,6 +89,7 @@ class JobInfo(BaseModel):
     project: str
     queue: str
     priority: int
+    owner: str | None = Field(default=None, description="the user who submitted it")
     status: JobStatus
     message: str | None
     exit_code: int | None

@@ -1,7 +1,7 @@
 """A typed HTTP client for the mlyard API, used by the CLI, the in-job SDK and tests.
 
 The server is found through MLYARD_URL or MLYARD_HOME (see `mlyard.config`); the token
-through MLYARD_TOKEN or the admin token file.
+through MLYARD_TOKEN, the one `mlyard login` stored for that server, or the admin token file.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import httpx
 from pydantic import TypeAdapter
 
 from mlyard import config
+from mlyard.account_models import IssuedToken, TokenInfo, UserInfo
 from mlyard.api_models import (
     ErrorBody,
     FieldError,
@@ -115,10 +116,12 @@ class Client:
         return JobInfo.model_validate(
             self._request("POST", "/jobs", json=payload, headers=headers, retry=True).json())
 
-    def jobs(self, *, statuses: Sequence[JobStatus] = (), include_finished: bool = False) -> list[JobInfo]:
+    def jobs(self, *, statuses: Sequence[JobStatus] = (), include_finished: bool = False, queue: str | None = None,
+             owner: str | None = None, search: str | None = None) -> list[JobInfo]:
         params: list[tuple[str, str]] = [("status", status.value) for status in statuses]
         if include_finished:
             params.append(("all", "true"))
+        params += [(name, value) for name, value in (("queue", queue), ("owner", owner), ("search", search)) if value]
         return TypeAdapter(list[JobInfo]).validate_python(self._request("GET", "/jobs", params=params).json())
 
     def job(self, job_id: int) -> JobDetail:
@@ -199,6 +202,39 @@ class Client:
 
     def delete_queue(self, name: str) -> None:
         self._request("DELETE", f"/queues/{name}")
+
+    def login(self, user: str, password: str, *, expires_in: float | None = None,
+              token_name: str = "mlyard login") -> IssuedToken:
+        """A new token for a user name and password; this client needs no token for it."""
+        body: dict[str, Any] = {"user": user, "password": password, "token_name": token_name}
+        if expires_in is not None:
+            body["expires_in"] = expires_in
+        return IssuedToken.model_validate(self._request("POST", "/login", json=body).json())
+
+    def whoami(self) -> UserInfo:
+        return UserInfo.model_validate(self._request("GET", "/whoami").json())
+
+    def users(self) -> list[UserInfo]:
+        return TypeAdapter(list[UserInfo]).validate_python(self._request("GET", "/users").json())
+
+    def create_user(self, name: str, *, password: str | None = None, admin: bool = False) -> UserInfo:
+        body = {"name": name, "password": password, "admin": admin}
+        return UserInfo.model_validate(self._request("POST", "/users", json=body).json())
+
+    def set_password(self, name: str, password: str, *, current_password: str | None = None) -> UserInfo:
+        body = {"password": password, "current_password": current_password}
+        return UserInfo.model_validate(self._request("PUT", f"/users/{name}/password", json=body).json())
+
+    def tokens(self, *, every_user: bool = False) -> list[TokenInfo]:
+        params = {"all": "true"} if every_user else {}
+        return TypeAdapter(list[TokenInfo]).validate_python(self._request("GET", "/tokens", params=params).json())
+
+    def create_token(self, name: str, *, expires_in: float | None = None) -> IssuedToken:
+        body = {"name": name, "expires_in": expires_in}
+        return IssuedToken.model_validate(self._request("POST", "/tokens", json=body).json())
+
+    def revoke_token(self, token_id: int) -> TokenInfo:
+        return TokenInfo.model_validate(self._request("DELETE", f"/tokens/{token_id}").json())
 
     def snapshot_exists(self, digest: str) -> bool:
         try:

@@ -49,6 +49,17 @@ class Unschedulable(MlyardError):
     code = "unschedulable"
 
 
+class TooManyRequests(MlyardError):
+    """Refused for now (failed logins); `retry_after` says in how many seconds to try again."""
+
+    http_status = 429
+    code = "too_many_requests"
+
+    def __init__(self, message: str, *, retry_after: int, field: str | None = None):
+        super().__init__(message, field=field)
+        self.retry_after = retry_after
+
+
 class InvalidTransition(MlyardError):
     """A status change that the job lifecycle does not allow: a bug, never user input."""
 

@@ -123,6 +123,23 @@ def test_submit_and_run_print_the_new_job_as_json(server: RunningServer) -> None
     assert json.dumps(nodes)
 
 
+def test_jobs_are_listed_by_queue_owner_and_part_of_the_name(server: RunningServer) -> None:
+    job = server.cli_json("run", "--no-code", "--name", "filter-me-not-7", "--", "true")
+    other = server.cli_json("run", "--no-code", "--name", "filter-other", "--", "true")
+
+    def listed(*options: str) -> set[int]:
+        return {entry["id"] for entry in server.cli_json("jobs", "--all", *options)} & {job["id"], other["id"]}
+
+    assert job["owner"] == "admin"
+    assert listed("--search", "FILTER-ME") == {job["id"]}  # any case; names are lowercase
+    assert listed("--search", "filter-") == {job["id"], other["id"]}
+    refused = server.cli("jobs", "--search", "50%")
+    assert refused.returncode == 1 and "search" in refused.stderr and "Traceback" not in refused.stderr
+    assert listed("--owner", "admin", "--queue", "default") == {job["id"], other["id"]}
+    assert listed("--owner", "someone-else") == set()
+    assert listed("--queue", "no-such-queue") == set()
+
+
 def test_logs_follow_streams_until_the_replica_ends(server: RunningServer) -> None:
     job = server.cli_json("run", "--no-code", "--name", "ticker", "--",
                           "sh", "-c", "for i in 1 2 3 4 5; do echo tick $i; sleep 0.4; done")

@@ -5,75 +5,15 @@ screenshot of every page it visits under test-artifacts/."""
 from __future__ import annotations
 
 import re
-import shutil
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import REPOSITORY, RunningServer, start_server, stop_server
-
-playwright_api = pytest.importorskip("playwright.sync_api")
-expect = playwright_api.expect
+from browsing import Visit, expect, run_job
+from conftest import RunningServer
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
 
-CHROMIUM = Path("/usr/bin/chromium")
-ARTIFACTS = REPOSITORY / "test-artifacts" / "web"
-CHROMIUM_ARGUMENTS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-                      "--disable-sync", "--no-first-run", "--disable-quic"]
 SLOW_PRINTER = "import time\nfor i in range(8):\n    print(f'tick {i}', flush=True)\n    time.sleep(0.7)\nprint('done')"
-
-
-@pytest.fixture(scope="module")
-def web_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
-    running = start_server(tmp_path_factory.mktemp("mlyard-web"))
-    yield running
-    stop_server(running)
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[object]:
-    if not CHROMIUM.exists():
-        pytest.skip("needs Debian's chromium at /usr/bin/chromium (apt-get install chromium)")
-    with playwright_api.sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_ARGUMENTS)
-        yield launched
-        launched.close()
-
-
-class Visit:
-    """A browser tab that saves a screenshot of each step, numbered, under the test's name."""
-
-    def __init__(self, browser, server: RunningServer, name: str) -> None:
-        self.context = browser.new_context(base_url=server.url, viewport={"width": 1366, "height": 900})
-        self.context.set_default_timeout(20_000)
-        self.page = self.context.new_page()
-        self.folder = ARTIFACTS / name
-        shutil.rmtree(self.folder, ignore_errors=True)
-        self.folder.mkdir(parents=True)
-        self.shots = 0
-
-    def shot(self, label: str) -> None:
-        self.shots += 1
-        self.page.screenshot(path=str(self.folder / f"{self.shots:02d}-{label}.png"), full_page=True)
-
-    def log_in(self, token: str) -> None:
-        self.page.goto("/login")
-        self.page.fill("#token", token)
-        self.shot("login")
-        self.page.click("button[type=submit]")
-        expect(self.page).to_have_url(re.compile(r"/jobs$"))
-
-
-@pytest.fixture
-def visit(browser, web_server: RunningServer, request: pytest.FixtureRequest) -> Iterator[Visit]:
-    tab = Visit(browser, web_server, request.node.name)
-    yield tab
-    tab.context.close()
-
-
-def run_job(server: RunningServer, name: str, code: str) -> int:
-    return server.cli_json("run", "--no-code", "--name", name, "--", "python", "-c", code)["id"]
 
 
 def test_a_page_without_login_sends_the_browser_to_the_login_page(visit: Visit) -> None:
@@ -85,8 +25,9 @@ def test_a_page_without_login_sends_the_browser_to_the_login_page(visit: Visit) 
 
 def test_a_wrong_token_shows_an_error_and_sets_no_cookie(visit: Visit) -> None:
     visit.page.goto("/login")
+    visit.page.get_by_text("Log in with an API token instead").click()
     visit.page.fill("#token", "mly_wrong")
-    visit.page.click("button[type=submit]")
+    visit.page.get_by_role("button", name="Log in with the token").click()
     expect(visit.page.locator("#login-error")).to_have_text("invalid or revoked token")
     visit.shot("refused")
     assert visit.context.cookies() == []
@@ -152,6 +93,12 @@ def test_a_sleeping_job_is_cancelled_from_its_page(visit: Visit, web_server: Run
     expect(visit.page.locator("#job-summary .status").first).to_have_text("RUNNING", timeout=60_000)
     expect(visit.page.locator("pre.log")).to_contain_text("sleeping")
     visit.shot("running")
+    # The same request without the page's CSRF value, as another site's form would send it if a
+    # browser ignored SameSite: refused, and the job keeps running.
+    for form in ({}, {"csrf": "0" * 64}):
+        forged = visit.page.request.post(f"/jobs/{job}/cancel", form=form, max_redirects=0)
+        assert forged.status == 403 and "out of date or did not come from this site" in forged.text()
+    assert web_server.cli_json("show", str(job))["status"] == "RUNNING"
     questions = []
 
     def answer(dialog) -> None:
@@ -179,11 +126,43 @@ def test_the_status_filter_and_pages_are_query_parameters(visit: Visit, web_serv
     assert set(rows.locator(".status").all_inner_texts()) == {"FAILED"}
     expect(visit.page.locator(f"tr[data-job='{failed}'] td.message")).to_contain_text("exit")
     visit.shot("failed-only")
+    visit.page.fill("#search-filter", "WEB-FAIL")
+    visit.page.get_by_role("button", name="Filter").click()
+    expect(visit.page).to_have_url(re.compile(r"/jobs\?status=FAILED&q=WEB-FAIL$"))
+    expect(rows.first).to_be_visible()
+    assert {name.lower() for name in rows.locator("td:nth-child(2)").all_inner_texts()} == {"web-failing"}
+    visit.page.locator(f"tr[data-job='{failed}']").get_by_role("link", name="admin").click()
+    expect(visit.page).to_have_url(re.compile(r"/jobs\?status=FAILED&owner=admin&q=WEB-FAIL$"))
+    expect(visit.page.locator(f"tr[data-job='{failed}']")).to_be_visible()
+    visit.shot("searched")
+    visit.page.goto("/jobs?owner=nobody")
+    expect(visit.page.locator("#jobs-table .empty")).to_have_text("No jobs match these filters.")
     visit.page.goto("/jobs?status=FAILED&page=2")
-    expect(visit.page.locator("#jobs-table .empty")).to_have_text("No jobs with this status on this page.")
+    expect(visit.page.locator("#jobs-table .empty")).to_have_text("No jobs match these filters on this page.")
     visit.page.get_by_role("link", name="← Newer").click()
     expect(visit.page).to_have_url(re.compile(r"/jobs\?status=FAILED&page=1$"))
     visit.shot("first-page")
     visit.page.goto("/jobs/999999")
     expect(visit.page.locator("p.error")).to_have_text("job 999999 does not exist")
     visit.shot("missing-job")
+
+
+def test_a_user_logs_in_with_a_password_and_logging_out_ends_the_session(visit: Visit,
+                                                                         web_server: RunningServer) -> None:
+    user = f"web-user-{web_server.port}"
+    web_server.cli("users", "add", user, "--password-stdin", input="browser pass 1\n", check=True)
+    visit.log_in_with_password(user, "wrong password")
+    expect(visit.page.locator("#login-error")).to_have_text("wrong user name or password")
+    expect(visit.page.locator("#user")).to_have_value(user)  # kept, only the password is typed again
+    assert visit.context.cookies() == []
+    visit.shot("refused")
+    visit.log_in_with_password(user, "browser pass 1")
+    expect(visit.page).to_have_url(re.compile(r"/jobs$"))
+    expect(visit.page.locator(".who")).to_contain_text(user)
+    visit.shot("logged-in")
+    sessions = [token for token in web_server.cli_json("tokens", "--all") if token["user"] == user]
+    assert [(token["kind"], token["name"]) for token in sessions] == [("session", "web session")]
+    assert sessions[0]["expires_at"] is not None
+    visit.page.get_by_role("button", name="Log out").click()
+    expect(visit.page).to_have_url(re.compile(r"/login$"))
+    assert not [token for token in web_server.cli_json("tokens", "--all") if token["user"] == user]

@@ -8,7 +8,7 @@ import sys
 import typer
 from rich.markup import escape
 
-from mlyard.cli import jobs, nodes, queues, server
+from mlyard.cli import accounts, jobs, nodes, queues, server
 from mlyard.cli.metrics import metrics
 from mlyard.cli.output import errors
 from mlyard.cli.sim import sim
@@ -36,6 +36,11 @@ app.command()(sim)
 app.command()(usage)
 app.command()(tensorboard)
 app.command()(top)
+app.command()(accounts.login)
+app.command()(accounts.logout)
+app.command()(accounts.whoami)
+app.add_typer(accounts.users_app, name="users")
+app.add_typer(accounts.tokens_app, name="tokens")
 
 
 def main() -> None:

@@ -170,11 +170,14 @@ def _name_from(command: list[str]) -> str:
 def jobs(
     show_all: Annotated[bool, typer.Option("--all", "-a", help="include finished jobs")] = False,
     status: Annotated[list[JobStatus] | None, typer.Option(help="only jobs in this status")] = None,
+    queue: Annotated[str | None, typer.Option(help="only this queue's jobs")] = None,
+    owner: Annotated[str | None, typer.Option(help="only jobs this user submitted")] = None,
+    search: Annotated[str | None, typer.Option("--search", "-s", help="only jobs whose name contains this")] = None,
     output: OutputOption = OutputFormat.table,
 ) -> None:
     """List jobs (unfinished ones unless --all or --status)."""
     with Client() as client:
-        found = client.jobs(statuses=status or (), include_finished=show_all)
+        found = client.jobs(statuses=status or (), include_finished=show_all, queue=queue, owner=owner, search=search)
     if output is OutputFormat.json:
         print_json(found)
     elif not found:

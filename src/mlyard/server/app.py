@@ -7,19 +7,24 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, Request
+from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from sqlalchemy.exc import OperationalError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.responses import Response
 
 from mlyard import __version__, web
 from mlyard.api_models import ErrorBody, FieldError, Health, field_errors, summarize
 from mlyard.backends.base import Backend
-from mlyard.errors import MlyardError
+from mlyard.errors import MlyardError, TooManyRequests
 from mlyard.server import auth, failures, telemetry
 from mlyard.server.controller import Controller
 from mlyard.server.db import Database
 from mlyard.server.leadership import Leadership, lease_for
+from mlyard.server.login_throttle import LoginThrottle
 from mlyard.server.routers import (
+    accounts,
     jobs,
     metrics,
     monitoring,
@@ -41,10 +46,23 @@ async def _validation_error(_request: Request, error: RequestValidationError) ->
     return JSONResponse(status_code=422, content=body.model_dump())
 
 
+async def _http_error(request: Request, error: StarletteHTTPException) -> Response:
+    # FastAPI answers 400 when a body cannot be decoded at all (not UTF-8, say); the API says so
+    # as it says every other unreadable input: 422 with the field.
+    if error.status_code == 400 and request.url.path.startswith(API_PREFIX):
+        detail = FieldError(field="body", message="cannot be read as JSON (is it UTF-8?)")
+        body = ErrorBody(error="invalid_request", message="invalid request: body: cannot be read as JSON (is it UTF-8?)",
+                         details=[detail])
+        return JSONResponse(status_code=422, content=body.model_dump())
+    return await http_exception_handler(request, error)
+
+
 async def _mlyard_error(_request: Request, error: MlyardError) -> JSONResponse:
     details = [FieldError(field=error.field, message=error.message)] if error.field else []
     body = ErrorBody(error=error.code, message=error.message, details=details)
     headers = {"WWW-Authenticate": "Bearer"} if error.http_status == 401 else None
+    if isinstance(error, TooManyRequests):
+        headers = {"Retry-After": str(error.retry_after)}
     return JSONResponse(status_code=error.http_status, content=body.model_dump(), headers=headers)
 
 
@@ -95,10 +113,12 @@ def create_app(settings: ServerSettings, *, backend: Backend | None = None) -> F
         redoc_url=None,
     )
     app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_exception_handler(StarletteHTTPException, _http_error)
     app.add_exception_handler(MlyardError, _mlyard_error)
     app.add_exception_handler(OperationalError, _infrastructure_error)
     app.add_exception_handler(OSError, _infrastructure_error)
     telemetry.install(app)
+    app.state.login_throttle = LoginThrottle()
 
     @app.get(f"{API_PREFIX}/health", response_model=Health, tags=["health"])
     def health(request: Request) -> Health:
@@ -108,7 +128,7 @@ def create_app(settings: ServerSettings, *, backend: Backend | None = None) -> F
                       adopted=getattr(leadership.controller, "adopted", None))
 
     for router in (jobs.router, metrics.router, monitoring.router, nodes.router, queues.router, snapshots.router,
-                   usage.router):
+                   usage.router, accounts.router):
         app.include_router(router, prefix=API_PREFIX)
     web.install(app)
     return app

@@ -16,6 +16,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from argon2 import PasswordHasher
+from argon2.exceptions import InvalidHashError, VerificationError
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
@@ -43,6 +45,8 @@ class Principal:
     user_id: int | None
     is_admin: bool = False
     job_id: int | None = None
+    token_id: int | None = None
+    """The token the call came with: the session a logout ends."""
 
 
 def hash_token(token: str) -> str:
@@ -53,12 +57,32 @@ def new_token() -> str:
     return TOKEN_PREFIX + secrets.token_urlsafe(32)
 
 
-def issue_token(session: Session, *, name: str, user_id: int | None, job_id: int | None = None) -> str:
+def issue_token(session: Session, *, name: str, user_id: int | None, job_id: int | None = None,
+                kind: str | None = None, expires_at: float | None = None) -> str:
+    """A new token; only its hash is stored, so the caller shows the returned secret once."""
     token = new_token()
     session.add(
-        ApiTokenRow(token_hash=hash_token(token), name=name, user_id=user_id, job_id=job_id, created_at=time.time())
+        ApiTokenRow(token_hash=hash_token(token), name=name, user_id=user_id, job_id=job_id, created_at=time.time(),
+                    kind=kind or ("job" if job_id is not None else "api"), expires_at=expires_at)
     )
     return token
+
+
+# argon2id with the library's defaults (RFC 9106's second recommended setting: 64 MiB, 3 passes).
+_PASSWORDS = PasswordHasher()
+
+
+def hash_password(password: str) -> str:
+    return _PASSWORDS.hash(password)
+
+
+def password_matches(password_hash: str | None, password: str) -> bool:
+    if not password_hash:
+        return False
+    try:
+        return _PASSWORDS.verify(password_hash, password)
+    except (VerificationError, InvalidHashError):
+        return False
 
 
 def revoke_job_tokens(session: Session, job_id: int) -> None:
@@ -105,12 +129,14 @@ def authenticate(database: Database, authorization: str | None) -> Principal:
         row = session.scalar(select(ApiTokenRow).where(ApiTokenRow.token_hash == hash_token(token.strip())))
         if row is None or row.revoked_at is not None:
             raise Unauthorized("invalid or revoked token")
+        if row.expires_at is not None and row.expires_at <= time.time():
+            raise Unauthorized("the token has expired; log in again (mlyard login) or create a new token")
         if row.job_id is not None:
-            return Principal(name=f"job-{row.job_id}", user_id=row.user_id, job_id=row.job_id)
+            return Principal(name=f"job-{row.job_id}", user_id=row.user_id, job_id=row.job_id, token_id=row.id)
         user = session.get(UserRow, row.user_id) if row.user_id is not None else None
         if user is None:
             raise Unauthorized("the token's user no longer exists")
-        return Principal(name=user.name, user_id=user.id, is_admin=user.is_admin)
+        return Principal(name=user.name, user_id=user.id, is_admin=user.is_admin, token_id=row.id)
 
 
 def authorize(principal: Principal, action: Action, *, job_id: int | None = None) -> None:

@@ -36,6 +36,8 @@ class UserRow(Base):
     name: Mapped[str] = mapped_column(String(128), unique=True)
     is_admin: Mapped[bool] = mapped_column(Boolean, default=False)
     created_at: Mapped[float] = mapped_column(Float)
+    password_hash: Mapped[str | None] = mapped_column(String(255), nullable=True)
+    """argon2id; null for an account that signs in with tokens only (such as the first admin)."""
 
 
 class ApiTokenRow(Base):
@@ -51,6 +53,9 @@ class ApiTokenRow(Base):
     job_id: Mapped[int | None] = mapped_column(ForeignKey("jobs.id"), nullable=True, index=True)
     created_at: Mapped[float] = mapped_column(Float)
     revoked_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    kind: Mapped[str] = mapped_column(String(16), default="api", server_default="api")
+    """api (made by a person, listed and revoked by them), session (a browser login), job."""
+    expires_at: Mapped[float | None] = mapped_column(Float, nullable=True)
 
 
 class JobRow(Base):

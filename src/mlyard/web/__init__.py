@@ -6,15 +6,30 @@ cookie, so they can show and do exactly what that token may through the API.
 
 from __future__ import annotations
 
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
 from fastapi.staticfiles import StaticFiles
+from starlette.responses import Response
 
-from mlyard.web import logstream, pages, session
-from mlyard.web.render import STATIC_DIRECTORY
+from mlyard.web import (
+    job_charts,
+    logstream,
+    nodes,
+    overview,
+    pages,
+    queues,
+    session,
+    submit,
+)
+from mlyard.web.render import STATIC_DIRECTORY, page
+
+
+async def _refused(request: Request, refusal: session.PageRefused) -> Response:
+    return page(request, "error.html", status_code=refusal.error.http_status, error=refusal.error)
 
 
 def install(app: FastAPI) -> None:
+    app.add_exception_handler(session.PageRefused, _refused)
     app.include_router(session.router)
-    app.include_router(pages.router)
-    app.include_router(logstream.router)
+    for module in (pages, logstream, job_charts, overview, submit, nodes, queues):
+        app.include_router(module.router)
     app.mount("/static", StaticFiles(directory=STATIC_DIRECTORY), name="static")

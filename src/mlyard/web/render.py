@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+import uuid
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -92,7 +93,8 @@ def memory(size: int | None) -> str:
 templates = Jinja2Templates(directory=PACKAGE_DIRECTORY / "templates")
 templates.env.filters.update(duration=duration, relative=relative, iso=iso, absolute=absolute, tone=tone,
                              memory=memory)
-templates.env.globals.update(version=__version__, vendor=VENDOR_VERSIONS)
+# new_key: an idempotency key per rendered form, so submitting it twice creates one job.
+templates.env.globals.update(version=__version__, vendor=VENDOR_VERSIONS, new_key=lambda: uuid.uuid4().hex)
 
 
 def page(request: Request, name: str, status_code: int = 200, **context: object) -> Response:

@@ -4,6 +4,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Header, Path, Query, Response, status
 
+from mlyard.account_models import USER_NAME_PATTERN
 from mlyard.api_models import ErrorBody, JobDetail, JobInfo, LogChunk
 from mlyard.server.routers.dependencies import (
     DatabaseDependency,
@@ -11,7 +12,7 @@ from mlyard.server.routers.dependencies import (
     WakeDependency,
 )
 from mlyard.server.services import jobs, logs
-from mlyard.spec import JobSpec, JobStatus
+from mlyard.spec import NAME_PATTERN, JobSpec, JobStatus
 
 router = APIRouter(prefix="/jobs", tags=["jobs"])
 # Bounded so an absurd id or offset is a 422, not an overflow deep in the database driver: job
@@ -52,9 +53,16 @@ def list_jobs(
     status_filter: Annotated[list[JobStatus] | None, Query(alias="status")] = None,
     include_finished: Annotated[bool, Query(alias="all")] = False,
     limit: Annotated[int, Query(ge=1, le=10000)] = 200,
+    offset: Annotated[int, Query(ge=0, le=MAX_OFFSET)] = 0,
+    queue: Annotated[str | None, Query(pattern=NAME_PATTERN, description="only this queue's jobs")] = None,
+    project: Annotated[str | None, Query(pattern=NAME_PATTERN, description="only this project's jobs")] = None,
+    owner: Annotated[str | None, Query(pattern=USER_NAME_PATTERN, description="only jobs this user submitted")] = None,
+    search: Annotated[str | None, Query(pattern=r"^[A-Za-z0-9-]{1,63}$", description="part of the job's name, any case")
+                      ] = None,
 ) -> list[JobInfo]:
     """Jobs newest first; unfinished ones unless `all` or a `status` filter is given."""
-    return jobs.list_jobs(database, caller, statuses=status_filter or (), include_finished=include_finished, limit=limit)
+    return jobs.list_jobs(database, caller, statuses=status_filter or (), include_finished=include_finished, limit=limit,
+                          offset=offset, queue=queue, project=project, owner=owner, search=search)
 
 
 @router.get("/{job_id}", response_model=JobDetail, responses=ERRORS)

@@ -26,7 +26,8 @@ def job_metrics(
     database: DatabaseDependency,
     caller: PrincipalDependency,
     name: Annotated[list[str] | None, Query(max_length=64, description="only these metrics")] = None,
-    after: Annotated[int, Query(ge=0, le=2**62, description="the next_after of the previous page")] = 0,
+    # Ids are INTEGER columns (32 bits on PostgreSQL): a larger cursor is a 422, not a driver error.
+    after: Annotated[int, Query(ge=0, le=2**31 - 1, description="the next_after of the previous page")] = 0,
     limit: Annotated[int, Query(ge=1, le=metrics.PAGE_SIZE)] = metrics.PAGE_SIZE,
 ) -> MetricsPage:
     """Reported values oldest first; follow by asking again with `after=next_after`."""

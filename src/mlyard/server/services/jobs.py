@@ -42,6 +42,7 @@ from mlyard.server.rows import (
     NodeRow,
     QueueRow,
     SnapshotRow,
+    UserRow,
 )
 from mlyard.spec import JobSpec, JobStatus, can_transition
 
@@ -177,16 +178,29 @@ def _insert(database: Database, principal: auth.Principal, spec: JobSpec,
 
 def list_jobs(
     database: Database, principal: auth.Principal, *, statuses: Sequence[JobStatus] = (), include_finished: bool = False,
-    limit: int = 200, offset: int = 0,
+    limit: int = 200, offset: int = 0, queue: str | None = None, project: str | None = None, owner: str | None = None,
+    search: str | None = None,
 ) -> list[JobInfo]:
+    """Newest first. `search` matches part of the name, ignoring case; the other filters match exactly."""
     auth.authorize(principal, auth.Action.READ, job_id=principal.job_id)
     query = (select(JobRow).order_by(JobRow.id.desc()).limit(limit).offset(offset)
-             .options(selectinload(JobRow.attempts).selectinload(AttemptRow.replicas)))
+             .options(selectinload(JobRow.attempts).selectinload(AttemptRow.replicas), selectinload(JobRow.owner)))
     if statuses:
         query = query.where(JobRow.status.in_([status.value for status in statuses]))
     elif not include_finished:
         terminal = [status.value for status in JobStatus if status.is_terminal]
         query = query.where(JobRow.status.not_in(terminal))
+    if queue:
+        query = query.where(JobRow.queue == queue)
+    if project:
+        query = query.where(JobRow.project == project)
+    if owner:
+        query = query.where(JobRow.owner.has(UserRow.name == owner))
+    if search:
+        # Names are lowercase letters, digits and dashes, so lowering the pattern is enough; the
+        # wildcards of LIKE are escaped so that they match themselves.
+        escaped = search.lower().replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+        query = query.where(JobRow.name.like(f"%{escaped}%", escape="\\"))
     if principal.job_id is not None:
         query = query.where(JobRow.id == principal.job_id)
     with database.transaction() as session:
@@ -255,6 +269,7 @@ def job_info(job: JobRow, *, now: float | None = None) -> JobInfo:
         project=job.project,
         queue=job.queue,
         priority=job.priority,
+        owner=job.owner.name if job.owner is not None else None,
         status=JobStatus(job.status),
         message=job.message,
         exit_code=job.exit_code,

@@ -25,6 +25,16 @@ function refreshTimes(root) {
 document.addEventListener("submit", (event) => {
   const question = event.target.dataset.confirm;
   if (question && !window.confirm(question)) event.preventDefault();
+  // A search form leaves its blank fields out of the address: /jobs?status=FAILED, not …&q=&queue=.
+  if (!event.defaultPrevented && event.target.getAttribute("role") === "search") {
+    event.target.querySelectorAll("input, select").forEach((field) => {
+      if (field.name && field.value === "") field.disabled = true;
+    });
+    // Back to the page (bfcache) must find the fields usable again.
+    window.addEventListener("pageshow", () => event.target.querySelectorAll(":disabled").forEach((field) => {
+      field.disabled = false;
+    }), { once: true });
+  }
 });
 
 // A log panel streams while its tab is shown; leaving the tab closes the stream and keeps its
@@ -107,6 +117,14 @@ function setUpTabs(list) {
   if (tabs.length) select(tabs[0], false);
   window.addEventListener("pagehide", () => panels.forEach((panel) => panel.close()));
 }
+
+// Ctrl+Enter (Cmd+Enter) in an editor submits its form, as in most code review and chat tools.
+document.addEventListener("keydown", (event) => {
+  if (event.key === "Enter" && (event.ctrlKey || event.metaKey) && event.target.matches("[data-submit-shortcut]")) {
+    event.preventDefault();
+    event.target.form.requestSubmit();
+  }
+});
 
 document.addEventListener("DOMContentLoaded", () => {
   document.querySelectorAll("select[data-autosubmit]").forEach((select) => {
