@@ -38,6 +38,7 @@ from mlyard.scheduler import (
     RunningJob,
     SchedulerConfig,
     decide,
+    engine,
     place_gang,
     unschedulable_reason,
 )
@@ -547,6 +548,25 @@ def test_decisions_are_deterministic_and_leave_the_input_alone(policy: str, data
                        pending=tuple(data.draw(st.permutations(snapshot.pending), label="pending order")))
     again = decide(shuffled, world.now)
     assert (again.starts, again.preemptions, again.resizes) == (first.starts, first.preemptions, first.resizes)
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+@settings(SINGLE, max_examples=30)
+@given(data=st.data())
+def test_settling_alike_jobs_in_bulk_changes_no_decision(policy: str, data) -> None:
+    """Copies of each pending job (same gang, queue and class) exercise the round's fast path,
+    which must decide and explain exactly like the plain walk, job by job."""
+    world = data.draw(worlds(pending_least=1), label="world")
+    copies = data.draw(st.integers(2, 5), label="copies")
+    pending = [replace(job, job_id=job.job_id + 1_000 * copy, submitted_at=job.submitted_at + copy)
+               for job in world.pending for copy in range(copies)]
+    snapshot = replace(snapshot_of(world, data.draw(configs(policy), label="config")), pending=tuple(pending))
+    fast = decide(snapshot, world.now)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(engine, "FAST_PATH", False)
+        slow = decide(snapshot, world.now)
+    assert fast == slow
+    assert list(fast.waiting.items()) == list(slow.waiting.items())
 
 
 def _requeue(record: JobRecord, run: RunningJob, now: float) -> PendingJob:

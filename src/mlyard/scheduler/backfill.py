@@ -51,11 +51,14 @@ def reserve(state: RoundState, job: PendingJob, gang: Sequence[ReplicaRequest]) 
     return Reservation(job.job_id, shadow, extra)
 
 
-def backfill_placement(state: RoundState, job: PendingJob, gang: Sequence[ReplicaRequest]):
+def backfill_placement(state: RoundState, job: PendingJob, gang: Sequence[ReplicaRequest],
+                       in_free: tuple[ReplicaPlacement, ...] | None):
+    """Where ``job`` may start without delaying the reserved job; ``in_free`` is its placement
+    in ``state.free``, which it keeps when it ends before the reservation starts."""
     reservation = state.reservation
     assert reservation is not None
     if job.max_runtime is not None and state.now + job.max_runtime <= reservation.shadow:
-        return place_gang(state.free, gang, topology_key=state.config.topology_key)
+        return in_free
     # Runs past the shadow time: only resources the reserved job will not need.
     return place_gang(reservation.extra, gang, topology_key=state.config.topology_key)
 

@@ -9,7 +9,9 @@ the policy (``policies.py``) decides the order and who may preempt whom.
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Sequence
+from operator import attrgetter
 
 from .backfill import backfill_placement, grow_elastic, reserve
 from .placement import place_gang
@@ -21,51 +23,48 @@ from .resources import FreeResources
 from .snapshot import Amounts, ClusterSnapshot, Decisions, PendingJob, ReplicaRequest
 from .state import RoundState
 
+FAST_PATH = True
+"""Settle jobs alike to one found quickly blocked before them without the full check (see
+``_walk``). It never changes a decision; False sends every job down the slow path, which the
+tests compare with."""
+
 
 def decide_round(snapshot: ClusterSnapshot, now: float) -> Decisions:
     config = snapshot.config
     policy = POLICY_TABLE[config.policy]
     state = RoundState(snapshot, now, policy, config, FreeResources.from_snapshot(snapshot), QueueBook(snapshot))
     jobs, classes = policy.order(snapshot.pending, state.book, now, config)
+    # Jobs of one shape, class and queue are alike to the round: once one of them is found
+    # quickly blocked, the next ones are settled the same way until something that decided
+    # it changes (see ``_walk``). Strict FIFO stops at its first blocked job: no use there.
+    # With duplicate job ids the last word on an id must win, which the fast path's bulk
+    # wording cannot promise: such rounds take the slow path throughout.
+    fast = FAST_PATH and not policy.strict and len(set(map(_JOB_ID, jobs))) == len(jobs)
     # Gang shapes are nested tuples, hashed anew on every lookup; the round's memos key
-    # them by a small number instead (one hash per job here, none later).
+    # them (and the groups) by a small number instead: one hash per job here, none later.
     shape_ids: dict[tuple, int] = {}
-    shapes = [shape_ids.setdefault(job.shape, len(shape_ids)) for job in jobs]
-    remaining = state.remaining = [0] * len(shape_ids)
-    for shape in shapes:
-        remaining[shape] += 1
+    if fast:
+        group_ids: dict[tuple, int] = {}
+        groups = [group_ids.setdefault((job.shape, klass, job.queue), len(group_ids))
+                  for job, klass in zip(jobs, classes, strict=True)]
+        group_shape = [shape_ids.setdefault(key[0], len(shape_ids)) for key in group_ids]
+        shapes = [group_shape[group] for group in groups]
+        group_count = len(group_ids)
+        remaining = state.remaining = [0] * len(shape_ids)
+        for group, count in Counter(groups).items():
+            remaining[group_shape[group]] += count
+    else:
+        shapes = [shape_ids.setdefault(job.shape, len(shape_ids)) for job in jobs]
+        groups, group_count = shapes.copy(), len(shape_ids)
+        state.deferred_order = []
+        remaining = state.remaining = [0] * len(shape_ids)
+        for shape in shapes:
+            remaining[shape] += 1
     state.open_shapes = len(shape_ids)
-    head: PendingJob | None = None
-    waiting_ahead = 0
-    class_of_run = math.nan
-    waiting_in_class = 0
     # Only jobs before ``borrowers_from`` may reclaim quota by preemption.
     quotas = any(queue.quota is not None for queue in snapshot.queues)
-    borrowers_from = _within_quota_first(state, jobs, classes, shapes) if quotas else 0
-    strict = policy.strict
-    for position, (job, klass, shape) in enumerate(zip(jobs, classes, shapes)):
-        if position == borrowers_from and position > 0:
-            # Borrowers wait behind every job within its quota; what was said of the
-            # jobs ahead "of higher priority" starts over among them.
-            waiting_ahead, class_of_run, waiting_in_class = 0, math.nan, 0
-        if head is not None or (position % 16 == 0 and _exhausted(state, position < borrowers_from, klass)):
-            # Strict FIFO's first job in line is blocked, or nothing pending fits any more
-            # and no preemption is left to try: the rest waits and only needs its reasons,
-            # which are cheap to give in bulk.
-            _explain_rest(state, jobs[position:], classes[position:], shapes[position:], head, waiting_ahead,
-                          class_of_run, waiting_in_class)
-            break
-        if klass != class_of_run:
-            class_of_run, waiting_in_class = klass, 0
-        outcome = _consider(state, job, klass, shape, waiting_ahead - waiting_in_class)
-        remaining[shape] -= 1  # a shape with no job left to come no longer counts as open
-        if remaining[shape] == 0 and shape not in state.failed_now:
-            state.open_shapes -= 1
-        if outcome != "started":
-            waiting_ahead += 1
-            waiting_in_class += 1
-            if strict and head is None and outcome == "blocked":
-                head = job
+    borrowers_from = _within_quota_first(state, jobs, classes, shapes, groups) if quotas else 0
+    _walk(state, jobs, classes, shapes, groups, group_count, borrowers_from, fast)
     if state.resource_waiters == 0:
         grow_elastic(state)
     _word_deferred(state)
@@ -77,25 +76,113 @@ def decide_round(snapshot: ClusterSnapshot, now: float) -> Decisions:
     )
 
 
+_JOB_ID = attrgetter("job_id")
+
+
+def _walk(state: RoundState, jobs: list[PendingJob], classes: list[float], shapes: list[int], groups: list[int],
+          count: int, borrowers_from: int, fast: bool) -> None:
+    """Consider the jobs in order, until the rest can only wait."""
+    head: PendingJob | None = None
+    waiting_ahead = 0
+    class_of_run = math.nan
+    waiting_in_class = 0
+    strict, explain = state.policy.strict, state.config.explain
+    remaining, failed_now, waiting = state.remaining, state.failed_now, state.waiting
+    versions = state.book.queue_versions
+    # Per group: the ``state.epoch`` at which its jobs were found quickly blocked (see
+    # ``_quickly_blocked``), the queue version its quota answer holds for, that answer, and
+    # where its jobs' reasons are collected (with the count of better jobs ahead they share).
+    blocked_at = [-1] * count
+    quota_at = [-1] * count
+    quota_answer: list[str | None] = [None] * count
+    no_bucket: tuple[int, list[int]] = (-1, [])
+    bucket_of = [no_bucket] * count
+    epoch = state.epoch  # changes only inside _consider
+    blocked = 0  # fast-path jobs waiting for resources, added to state.resource_waiters at the end
+    for position, (group, klass) in enumerate(zip(groups, classes)):
+        if position == borrowers_from and position > 0:
+            # Borrowers wait behind every job within its quota; what was said of the
+            # jobs ahead "of higher priority" starts over among them.
+            waiting_ahead, class_of_run, waiting_in_class = 0, math.nan, 0
+        if head is not None or (position % 16 == 0 and _exhausted(state, position < borrowers_from, klass)):
+            # Strict FIFO's first job in line is blocked, or nothing pending fits any more
+            # and no preemption is left to try: the rest waits and only needs its reasons,
+            # which are cheap to give in bulk.
+            state.resource_waiters += blocked
+            _explain_rest(state, jobs[position:], classes[position:], shapes[position:], head, waiting_ahead,
+                          class_of_run, waiting_in_class)
+            return
+        if klass != class_of_run:
+            class_of_run, waiting_in_class = klass, 0
+        job = jobs[position]
+        waiting_ahead += 1  # taken back below if the job starts
+        waiting_in_class += 1
+        if blocked_at[group] == epoch:
+            # Fast path, for most jobs of a big queue: an earlier job of this group was
+            # quickly blocked and nothing that decided it has changed since but the quota.
+            # (Its shape has failed: what is left of it no longer counts for open_shapes.)
+            stamp = versions.get(job.queue, 0)
+            if quota_at[group] != stamp:
+                quota_at[group] = stamp
+                quota_answer[group] = _over_quota(state, job, shapes[position])
+            quota = quota_answer[group]
+            if quota is not None:
+                waiting[job.job_id] = quota
+                continue
+            blocked += 1
+            waiting[job.job_id] = ""
+            if explain:
+                better_ahead = waiting_ahead - waiting_in_class
+                bucket = bucket_of[group]
+                if bucket[0] != better_ahead:
+                    bucket = bucket_of[group] = (
+                        better_ahead, state.deferred_bucket(shapes[position], better_ahead, job))
+                bucket[1].append(job.job_id)
+            continue
+        shape = shapes[position]
+        outcome = _consider(state, job, klass, shape, waiting_ahead - waiting_in_class)
+        epoch = state.epoch
+        remaining[shape] -= 1  # a shape with no job left to come no longer counts as open
+        if remaining[shape] == 0 and shape not in failed_now:
+            state.open_shapes -= 1
+        if outcome == "started":
+            waiting_ahead -= 1
+            waiting_in_class -= 1
+        elif outcome == "quick":
+            if fast:
+                blocked_at[group] = epoch
+            if strict and head is None:
+                head = job
+        elif strict and head is None and outcome == "blocked":
+            head = job
+    state.resource_waiters += blocked
+
+
 def _word_deferred(state: RoundState) -> None:
     # Worded once the round is over: the reason describes what is left free then.
-    # Jobs of one class all have the same number of better jobs ahead, so most texts
-    # repeat: each is built once per shape and count.
-    texts: dict[int, dict[int, str]] = {}  # shape -> jobs ahead -> text
+    # Jobs of one shape with as many better jobs ahead share their text: each is built once.
+    if not state.deferred:
+        return
+    texts: dict[int, str] = {}  # shape -> text without jobs ahead
+    worded: dict[tuple[int, int], str] = {}
     phrase = state.policy.ahead_phrase
     waiting = state.waiting
-    tails = state.deferred_tails
-    deferred = zip(state.deferred_jobs, state.deferred_shapes, state.deferred_ahead, strict=True)
-    for index, (job, shape, better_ahead) in enumerate(deferred):
-        by_ahead = texts.get(shape)
-        if by_ahead is None:
-            by_ahead = texts[shape] = {0: resource_reason(state, job.smallest_gang)}
-        text = by_ahead.get(better_ahead)
-        if text is None:
-            reason = by_ahead[0]
-            text = by_ahead[better_ahead] = (
-                f"{reason}; behind {count_of(better_ahead, 'job')} {phrase}" if better_ahead > 0 else reason)
-        waiting[job.job_id] = text + tails[index] if index in tails else text
+    for key in state.deferred:
+        shape, better_ahead = key
+        reason = texts.get(shape)
+        if reason is None:
+            reason = texts[shape] = resource_reason(state, state.deferred_gangs[shape])
+        worded[key] = f"{reason}; behind {count_of(better_ahead, 'job')} {phrase}" if better_ahead > 0 else reason
+    if state.deferred_order is not None:
+        for job_id, key, tail in state.deferred_order:
+            waiting[job_id] = worded[key] + tail
+        return
+    if state.unplaced:  # in the order the jobs were deferred, after every other job's reason
+        waiting.update(dict.fromkeys(state.unplaced, ""))
+    for key, job_ids in state.deferred.items():
+        waiting.update(dict.fromkeys(job_ids, worded[key]))
+    for job_id, tail in state.deferred_tails.items():
+        waiting[job_id] += tail
 
 
 def _explain_rest(state: RoundState, jobs: Sequence[PendingJob], classes: Sequence[float], shapes: Sequence[int],
@@ -124,6 +211,7 @@ def _explain_rest(state: RoundState, jobs: Sequence[PendingJob], classes: Sequen
             waiting[job.job_id] = f"can never run on this cluster: {never}"
             continue
         state.defer(job, shape, better_ahead)
+        state.unplaced.append(job.job_id)
 
 
 def _exhausted(state: RoundState, may_reclaim: bool, klass: float) -> bool:
@@ -157,8 +245,11 @@ def _demand(state: RoundState, job: PendingJob, shape: int) -> Amounts:
 
 
 def _over_quota(state: RoundState, job: PendingJob, shape: int) -> str | None:
-    # The answer for a queue and a shape holds until that queue's usage changes.
     queue = job.queue
+    demand = state.demands.get(shape)
+    if state.book.fits_ceiling(queue, demand if demand is not None else _demand(state, job, shape)):
+        return None  # the common answer, cheaper to recheck than to look up
+    # The words for a queue and a shape hold until that queue's usage changes.
     stamp = state.book.queue_versions.get(queue, 0)
     key = (queue, shape)
     known = state.quota_answers.get(key)
@@ -173,7 +264,7 @@ _UNSEEN: list[float] = []
 
 
 def _within_quota_first(state: RoundState, jobs: list[PendingJob], classes: list[float],
-                        shapes: list[int]) -> int:
+                        shapes: list[int], groups: list[int]) -> int:
     """Move the jobs whose start keeps their queue within its quota ahead of those that
     would borrow (stable within each part); returns where the borrowers begin.
 
@@ -222,12 +313,15 @@ def _within_quota_first(state: RoundState, jobs: list[PendingJob], classes: list
     jobs[:] = [jobs[index] for index in order]
     classes[:] = [classes[index] for index in order]
     shapes[:] = [shapes[index] for index in order]
+    groups[:] = [groups[index] for index in order]
     return len(within)
 
 
 def _quickly_blocked(state: RoundState, job: PendingJob, klass: float, shape: int) -> bool:
     """True when an earlier job of the same shape settled everything this one could try:
-    it cannot fit now, cannot wait for stopping jobs, and has no preemption left to try."""
+    it cannot fit now, cannot wait for stopping jobs, and has no preemption left to try.
+
+    Reads only what changes after a failed placement (``state.epoch`` counts those)."""
     if state.never.get(shape) is not None or (state.policy.backfill and state.reservation is None):
         return False
     if shape not in state.failed_later and (state.taken or state.stopping_ids is None or state.stopping_ids):
@@ -244,14 +338,11 @@ def _consider(state: RoundState, job: PendingJob, klass: float, shape: int, bett
         return "quota"
     failed = shape in state.failed_now
     if failed and _quickly_blocked(state, job, klass, shape):
-        # Most jobs of a big queue end here: keep this path short.
         state.resource_waiters += 1
         state.waiting[job.job_id] = ""
-        if state.config.explain:  # state.defer(), spelled out: this runs for thousands of jobs
-            state.deferred_jobs.append(job)
-            state.deferred_shapes.append(shape)
-            state.deferred_ahead.append(better_ahead)
-        return "blocked"
+        if state.config.explain:
+            state.defer(job, shape, better_ahead)
+        return "quick"
     policy, config = state.policy, state.config
     gang = job.smallest_gang
     demand = _demand(state, job, shape)
@@ -261,7 +352,7 @@ def _consider(state: RoundState, job: PendingJob, klass: float, shape: int, bett
         if placements is None:
             state.mark_failed(shape)
     if placements is not None and state.reservation is not None:
-        placements = backfill_placement(state, job, gang)
+        placements = backfill_placement(state, job, gang, placements)
         if placements is None:
             shadow = state.reservation.shadow
             when = "" if math.isinf(shadow) else f", reserved to start in ~{duration_text(shadow - state.now)}"
@@ -273,6 +364,7 @@ def _consider(state: RoundState, job: PendingJob, klass: float, shape: int, bett
     if placements is not None:
         state.commit_start(job, placements, "", demand)
         return "started"
+    state.epoch += 1  # what follows may change what _quickly_blocked reads
     never = never_fits(state, gang, demand, shape)
     if never is not None:
         state.waiting[job.job_id] = f"can never run on this cluster: {never}"

@@ -9,7 +9,6 @@ preemption later) shares it.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterator, Sequence
 
 from .resources import FreeResources, NodeFree
@@ -55,16 +54,28 @@ def place_gang(
     """
     if not replicas:
         return ()
+    if len(replicas) == 1:
+        # Most gangs are one replica: its demand is the total, and it goes on one node or nowhere.
+        (replica,) = replicas
+        gpus, cores, memory = replica.gpu, replica.cores, replica.memory_bytes
+        free_gpus, free_cores, free_memory = free.totals()
+        if gpus > free_gpus or cores > free_cores or memory > free_memory:
+            return None
+        best = _single_node(free, (gpus, cores, memory),
+                            frozenset(replica.gpu_models) if gpus and replica.gpu_models else None)
+        if best is None:
+            return None
+        return (ReplicaPlacement(replica.role, replica.index, best.name, tuple(best.cpu_ids[:cores]),
+                                 tuple(best.gpu_ids[:gpus]), memory),)
     demands = [_demand(replica) for replica in replicas]
-    # Most gangs are one replica, whose demand is the total: no column sums needed.
-    total = demands[0] if len(demands) == 1 else tuple(sum(column) for column in zip(*demands, strict=False))
+    total = tuple(sum(column) for column in zip(*demands, strict=False))
     if not _fits(total, free.totals()):
         return None
     models = _accepted_models(replicas)
     best = _single_node(free, total, models)
     if best is not None:
         return _bind_on(replicas, best)
-    if len(replicas) == 1 or not _enough_gpu_slots(free, demands):
+    if not _enough_gpu_slots(free, demands):
         return None
     # Across nodes each replica only needs a node of a model it accepts itself.
     limits = [frozenset(r.gpu_models) if r.gpu and r.gpu_models else None for r in replicas]
@@ -114,10 +125,6 @@ def _accepted_models(replicas: Sequence[ReplicaRequest]) -> frozenset[str] | Non
     return allowed
 
 
-def _accepts(view: NodeFree, models: frozenset[str] | None, gpus: int) -> bool:
-    return models is None or gpus == 0 or view.gpu_model in models
-
-
 # Best fit looks at this many fitting nodes of the tightest GPU bucket: exact on
 # small clusters, bounded on large ones where the bucket's nodes are near-identical.
 _BEST_FIT_WINDOW = 4
@@ -127,8 +134,10 @@ def _single_node(
     free: FreeResources, total: tuple[int, int, int], models: frozenset[str] | None
 ) -> NodeFree | None:
     gpus, cores, memory = total
-    # Whether a node of the bucket holds the gang; the model only matters to one asking for GPUs.
-    shape = (cores, memory, models if gpus else None)
+    if not gpus:
+        models = None  # the model only matters to a gang asking for GPUs
+    # Whether a node of the bucket holds the gang.
+    shape = (cores, memory, models)
     for count in free.gpu_counts():
         if count < gpus:
             continue
@@ -137,13 +146,15 @@ def _single_node(
         seen = 0
         known = leading = free.known_misfits(count, shape)
         for view in free.iter_free_gpus_from(count, leading):
-            if len(view.cpu_ids) < cores or view.memory_bytes < memory or not _accepts(view, models, gpus):
+            cores_left = len(view.cpu_ids) - cores
+            memory_left = view.memory_bytes - memory
+            if cores_left < 0 or memory_left < 0 or (models is not None and view.gpu_model not in models):
                 if not seen:
                     leading += 1
                 continue
-            key = (len(view.cpu_ids) - cores, view.memory_bytes - memory)
-            if best_key is None or key < best_key:
-                best, best_key = view, key
+            # Best fit: fewest cores, then bytes left (lexicographic, spelled out: no tuple per node).
+            if best is None or cores_left < best_key[0] or (cores_left == best_key[0] and memory_left < best_key[1]):
+                best, best_key = view, (cores_left, memory_left)
             seen += 1
             if seen >= _BEST_FIT_WINDOW:
                 break
@@ -173,8 +184,9 @@ def _greedy_spread(
 
     Returns the node of each replica, or None when the greedy packing fails.
     """
-    capacity = {id(view): list(view.counts()) for view in views}
-    used: dict[int, int] = {}
+    # What is left of each view, by its position in ``views``; filled in as views are first read.
+    rooms: list[list[int] | None] = [None] * len(views)
+    used: set[int] = set()  # positions of the views this gang uses so far
     chosen: list[NodeFree | None] = [None] * len(demands)
     groups: dict[tuple[tuple[int, int, int], frozenset[str] | None], list[int]] = {}
     for position, demand in enumerate(demands):
@@ -183,43 +195,60 @@ def _greedy_spread(
     for (demand, models), positions in ordered:
         holds = []
         gpus, cores, memory = demand
+        if not gpus:
+            models = None  # the model only matters to a replica asking for GPUs
+        wanted = len(positions)
         for order, view in enumerate(views):
-            if not _accepts(view, models, gpus):
+            room = rooms[order]
+            if room is None:
+                if gpus and len(view.gpu_ids) < gpus:  # most nodes of a busy cluster: no copy fits
+                    continue
+                room = rooms[order] = [len(view.gpu_ids), len(view.cpu_ids), view.memory_bytes]
+            if models is not None and view.gpu_model not in models:
                 continue
-            room = capacity[id(view)]
-            if gpus or cores or memory:  # copies that fit, limited by each resource the replica needs
-                count = min(room[0] // gpus if gpus else math.inf, room[1] // cores if cores else math.inf,
-                            room[2] // memory if memory else math.inf)
+            # Copies that fit, limited by each resource the replica needs (min(), spelled out).
+            if gpus:
+                count = room[0] // gpus
+                if cores and room[1] // cores < count:
+                    count = room[1] // cores
+                if memory and room[2] // memory < count:
+                    count = room[2] // memory
+            elif cores:
+                count = room[1] // cores
+                if memory and room[2] // memory < count:
+                    count = room[2] // memory
+            elif memory:
+                count = room[2] // memory
             else:
-                count = len(positions)
+                count = wanted
             if count > 0:
                 holds.append((count, order, view))
-        remaining = len(positions)
+        remaining = wanted
         if sum(count for count, _, _ in holds) < remaining:
             return None
         # Nodes this gang already uses first, then the roomiest; the last node by best fit.
-        holds.sort(key=lambda item: (-(id(item[2]) in used), -item[0], item[1]))
-        picks: list[tuple[NodeFree, int]] = []
-        for index, (count, _, view) in enumerate(holds):
+        holds.sort(key=lambda item: (-(item[1] in used), -item[0], item[1]))
+        picks: list[tuple[int, NodeFree, int]] = []
+        for index, (count, order, view) in enumerate(holds):
             if remaining == 0:
                 break
             if count >= remaining:
                 tail = [item for item in holds[index:] if item[0] >= remaining]
-                tail.sort(key=lambda item: (-(id(item[2]) in used), item[0], item[1]))
-                view = tail[0][2]
-                picks.append((view, remaining))
+                tail.sort(key=lambda item: (-(item[1] in used), item[0], item[1]))
+                picks.append((tail[0][1], tail[0][2], remaining))
                 remaining = 0
                 break
-            picks.append((view, count))
+            picks.append((order, view, count))
             remaining -= count
         if remaining:
             return None
         cursor = 0
-        for view, count in picks:
-            room = capacity[id(view)]
-            for axis, need in enumerate(demand):
-                room[axis] -= need * count
-            used[id(view)] = 1
+        for order, view, count in picks:
+            room = rooms[order]
+            room[0] -= gpus * count
+            room[1] -= cores * count
+            room[2] -= memory * count
+            used.add(order)
             for position in positions[cursor : cursor + count]:
                 chosen[position] = view
             cursor += count
@@ -314,19 +343,20 @@ def _bind_on(replicas: Sequence[ReplicaRequest], view: NodeFree) -> tuple[Replic
 
 
 def _bind(replicas: Sequence[ReplicaRequest], assignment: Sequence[NodeFree]) -> tuple[ReplicaPlacement, ...]:
-    next_cpu: dict[str, int] = {}
-    next_gpu: dict[str, int] = {}
+    handed: dict[str, list[int]] = {}  # node -> [cores, GPUs] handed out so far
     placements = []
     for replica, view in zip(replicas, assignment, strict=True):
-        cpu_at = next_cpu.get(view.name, 0)
-        gpu_at = next_gpu.get(view.name, 0)
-        cpu_ids = tuple(view.cpu_ids[cpu_at : cpu_at + replica.cores])
-        gpu_ids = tuple(view.gpu_ids[gpu_at : gpu_at + replica.gpu])
-        next_cpu[view.name] = cpu_at + replica.cores
-        next_gpu[view.name] = gpu_at + replica.gpu
-        placements.append(
-            ReplicaPlacement(replica.role, replica.index, view.name, cpu_ids, gpu_ids, replica.memory_bytes)
-        )
+        at = handed.get(view.name)
+        if at is None:
+            at = handed[view.name] = [0, 0]
+        cpu_at, gpu_at = at
+        cores, gpus = replica.cores, replica.gpu
+        placements.append(ReplicaPlacement(
+            replica.role, replica.index, view.name, tuple(view.cpu_ids[cpu_at : cpu_at + cores]),
+            tuple(view.gpu_ids[gpu_at : gpu_at + gpus]), replica.memory_bytes,
+        ))
+        at[0] = cpu_at + cores
+        at[1] = gpu_at + gpus
     return tuple(placements)
 
 

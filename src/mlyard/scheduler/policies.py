@@ -214,12 +214,16 @@ class Las(Policy):
 
     def pending_classes(self, pending: Sequence[PendingJob], now: float, config: SchedulerConfig) -> list[float]:
         thresholds = self.thresholds(config)
+        # Below the first threshold is the top queue: most pending jobs never ran, no search needed.
+        first = thresholds[0] if thresholds else math.inf
         factor, minimum = config.starvation_factor, config.starvation_min_wait
         classes = []
         for job in pending:
             ran = job.attained_time
             if ran > 0 and now - job.waiting_since >= max(minimum, factor * ran):
                 classes.append(0.0)  # starving: back to the top queue
+            elif job.attained_service < first:
+                classes.append(0.0)
             else:
                 classes.append(float(bisect_right(thresholds, job.attained_service)))
         return classes

@@ -32,7 +32,7 @@ def find_victims(state: RoundState, job: PendingJob, klass: float, demand) -> li
         Victim(run, run.placements[run.min_replicas :], run.placements[: run.min_replicas], "policy")
         for run in whole if run.min_replicas is not None and len(run.placements) > run.min_replicas
     ]
-    victims += [Victim(run, run.placements, None, "policy") for run in whole]
+    victims += _whole(state, whole, "policy")
     if state.may_reclaim(job, demand):
         seen = {run.job_id for run in whole}
         if state.reclaim_pool is None:  # borrowers as the round began: victims stay in the book
@@ -41,8 +41,34 @@ def find_victims(state: RoundState, job: PendingJob, klass: float, demand) -> li
                      if run.job_id not in seen and run.job_id not in state.taken and run.queue != job.queue]
         shrinkable = [Victim(run, run.placements[run.min_replicas :], run.placements[: run.min_replicas], "reclaim")
                       for run in borrowers if run.min_replicas is not None and len(run.placements) > run.min_replicas]
-        victims = shrinkable + victims + [Victim(run, run.placements, None, "reclaim") for run in borrowers]
+        victims = shrinkable + victims + _whole(state, borrowers, "reclaim")
     return victims
+
+
+def _whole(state: RoundState, runs: list[RunningJob], why: str) -> list[Victim]:
+    """Victims that go whole, one record per running job and reason for the whole round:
+    every plan lists hundreds of them again."""
+    made = state.whole_victims.setdefault(why, {})
+    victims = []
+    for run in runs:
+        victim = made.get(id(run))
+        if victim is None:
+            victim = made[id(run)] = Victim(run, run.placements, None, why)
+        victims.append(victim)
+    return victims
+
+
+def _held(state: RoundState, run: RunningJob) -> tuple[int, int, int]:
+    """(GPUs, cores, memory bytes) ``run`` holds, counted once per round."""
+    held = state.held_by_run.get(id(run))
+    if held is None:
+        gpus = cores = memory = 0
+        for placement in run.placements:
+            gpus += len(placement.gpu_ids)
+            cores += len(placement.cpu_ids)
+            memory += placement.memory_bytes
+        held = state.held_by_run[id(run)] = (gpus, cores, memory)
+    return held
 
 
 def victim_pool(state: RoundState) -> list[tuple[tuple[float, ...], float, RunningJob]]:
@@ -70,12 +96,13 @@ def try_preemption(state: RoundState, job: PendingJob, klass: float, gang: Seque
     if cached is None:
         victims = find_victims(state, job, klass, demand)
         gpus, cores, memory = state.future_view().totals()
-        for victim in victims:  # thousands of running jobs: summed in place, no Amounts each
-            if victim.keep is None:
-                for placement in victim.release:
-                    gpus += len(placement.gpu_ids)
-                    cores += len(placement.cpu_ids)
-                    memory += placement.memory_bytes
+        known = state.held_by_run
+        for victim in victims:  # hundreds of running jobs: summed in place, no Amounts each
+            if victim.keep is None:  # then it releases all it holds
+                held = known.get(id(victim.job)) or _held(state, victim.job)
+                gpus += held[0]
+                cores += held[1]
+                memory += held[2]
         have = [gpus, cores, memory]
         cached = state.victim_cache[cache_key] = (victims, have)
     victims, have = cached

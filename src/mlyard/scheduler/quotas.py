@@ -23,6 +23,7 @@ from .snapshot import (
 
 _GIB = 1 << 30
 _NOTHING = Amounts()  # frozen, so one instance serves every "no usage yet"
+_UNKNOWN = Amounts(-1.0, -1.0, -1.0)  # a ceiling not looked up yet
 
 
 def request_amounts(replicas: Sequence[ReplicaRequest]) -> Amounts:
@@ -57,7 +58,7 @@ class QueueBook:
 
     def __init__(self, snapshot: ClusterSnapshot) -> None:
         self.queues: dict[str, Queue] = {queue.name: queue for queue in snapshot.queues}
-        self._ceilings: dict[str, Amounts] = {}
+        self._ceilings: dict[str, Amounts | None] = {}
         self.version = 0
         """Bumped on every change, so callers can cache answers between changes."""
         self.queue_versions: dict[str, int] = {}
@@ -105,18 +106,26 @@ class QueueBook:
     def used(self, queue: str) -> Amounts:
         return self.usage.get(queue, _NOTHING)
 
+    def fits_ceiling(self, queue: str, demand: Amounts) -> bool:
+        """True when ``queue`` may take ``demand`` more now (``over_quota`` gives None)."""
+        # Asked thousands of times a round: the ceiling (None: no ceiling at all) is looked up once.
+        ceiling = self._ceilings.get(queue, _UNKNOWN)
+        if ceiling is _UNKNOWN:
+            definition = self.queue(queue)
+            ceiling = self._ceilings[queue] = None if definition.borrow_limit is None else definition.ceiling
+        if ceiling is None:
+            return True
+        used = self.usage.get(queue, _NOTHING)
+        return (used.gpu + demand.gpu <= ceiling.gpu + 1e-9 and used.cpu + demand.cpu <= ceiling.cpu + 1e-9
+                and used.memory + demand.memory <= ceiling.memory + 1e-9)
+
     def over_quota(self, queue: str, demand: Amounts) -> str | None:
         """Why ``queue`` may not take ``demand`` more now, or None if it may."""
+        if self.fits_ceiling(queue, demand):
+            return None
         definition = self.queue(queue)
-        if definition.borrow_limit is None:  # no ceiling at all
-            return None
+        ceiling = self._ceilings[queue]  # looked up by fits_ceiling, and not None: it did not fit
         used = self.used(queue)
-        ceiling = self._ceilings.get(queue)
-        if ceiling is None:
-            ceiling = self._ceilings[queue] = definition.ceiling
-        if (used.gpu + demand.gpu <= ceiling.gpu + 1e-9 and used.cpu + demand.cpu <= ceiling.cpu + 1e-9
-                and used.memory + demand.memory <= ceiling.memory + 1e-9):
-            return None
         after = used + demand
         for resource in ("gpu", "cpu", "memory"):
             if getattr(after, resource) > getattr(ceiling, resource) + 1e-9:

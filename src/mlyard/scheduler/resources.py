@@ -38,6 +38,9 @@ def _without(ids: tuple[int, ...], held: list[tuple[int, ...]]) -> list[int]:
     if not any(held):
         return list(ids)
     taken = set().union(*held)
+    # Placement hands out a node's lowest free ids, so running jobs often hold a prefix.
+    if taken.issuperset(ids[: len(taken)]):
+        return list(ids[len(taken) :])
     return [resource_id for resource_id in ids if resource_id not in taken]
 
 
@@ -268,15 +271,32 @@ class FreeResources:
         Used for records that may be stale (running jobs) and for reservations a
         job will only get once others stop (part of it may be held right now).
         """
+        nodes, owned = self._nodes, self._owned
         for placement in placements:
-            node = self._writable(placement.node)
+            name = placement.node
+            node = nodes.get(name)
             if node is None:
                 continue
-            before = len(node.gpu_ids)
-            cores_before = len(node.cpu_ids)
-            _remove_ids(node.cpu_ids, placement.cpu_ids)
-            _remove_ids(node.gpu_ids, placement.gpu_ids)
-            memory = min(node.memory_bytes, placement.memory_bytes)
+            if name not in owned:
+                node = self._writable(name)
+            free_cpus, free_gpus = node.cpu_ids, node.gpu_ids
+            before = len(free_gpus)
+            cores_before = len(free_cpus)
+            # Placement hands out a node's lowest free ids, so a start usually takes a prefix
+            # (``_remove_ids``, its common case inlined: this runs for every start).
+            held = placement.cpu_ids
+            if tuple(free_cpus[: len(held)]) == held:
+                del free_cpus[: len(held)]
+            else:
+                _remove_ids(free_cpus, held)
+            held = placement.gpu_ids
+            if tuple(free_gpus[: len(held)]) == held:
+                del free_gpus[: len(held)]
+            else:
+                _remove_ids(free_gpus, held)
+            memory = placement.memory_bytes
+            if memory >= node.memory_bytes:  # noqa: PLR1730 - min(), spelled out: once per placement
+                memory = node.memory_bytes
             node.memory_bytes -= memory
             self._account(node, before, cores_before, -memory)
 

@@ -186,8 +186,11 @@ class ReplicaPlacement:
     memory_bytes: int
 
     def __post_init__(self) -> None:
-        _freeze_tuple(self, "cpu_ids")
-        _freeze_tuple(self, "gpu_ids")
+        # _freeze_tuple, inlined: every start of a round builds these.
+        if type(self.cpu_ids) is not tuple:
+            object.__setattr__(self, "cpu_ids", tuple(self.cpu_ids))
+        if type(self.gpu_ids) is not tuple:
+            object.__setattr__(self, "gpu_ids", tuple(self.gpu_ids))
 
 
 @dataclass(frozen=True, slots=True)
@@ -316,7 +319,8 @@ class StartJob:
     reason: str = ""
 
     def __post_init__(self) -> None:
-        _freeze_tuple(self, "placements")
+        if type(self.placements) is not tuple:  # _freeze_tuple, inlined: built for every start
+            object.__setattr__(self, "placements", tuple(self.placements))
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,6 +22,7 @@ from .snapshot import (
     PendingJob,
     Preempt,
     ReplicaPlacement,
+    ReplicaRequest,
     Resize,
     RunningJob,
     StartJob,
@@ -85,17 +86,27 @@ class RoundState:
     stopping_ids: list[int] | None = None
     never: dict[int, str | None] = field(default_factory=dict)
     demands: dict[int, Amounts] = field(default_factory=dict)
-    # Jobs waiting for resources, worded at the end (see ``defer``).
-    deferred_jobs: list[PendingJob] = field(default_factory=list)
-    deferred_shapes: list[int] = field(default_factory=list)
-    deferred_ahead: list[int] = field(default_factory=list)
+    # Jobs waiting for resources, worded at the end (see ``defer``): their ids per
+    # (shape, better jobs ahead), a gang of each shape, and the tails of a few reasons.
+    deferred: dict[tuple[int, int], list[int]] = field(default_factory=dict)
+    deferred_gangs: dict[int, tuple[ReplicaRequest, ...]] = field(default_factory=dict)
     deferred_tails: dict[int, str] = field(default_factory=dict)
+    # Deferred jobs that hold no placeholder in ``waiting`` yet, in order.
+    unplaced: list[int] = field(default_factory=list)
+    # Every deferral in order, kept only when job ids repeat (the last one must win).
+    deferred_order: list[tuple[int, tuple[int, int], str]] | None = None
+    # Bumped whenever something ``engine._quickly_blocked`` reads may have changed.
+    epoch: int = 0
     eligible: dict[float, tuple[int, list]] = field(default_factory=dict)
     victim_cache: dict[tuple, tuple[list, list[int]]] = field(default_factory=dict)
     top_victim_class: float = -math.inf
     future_generation: int = 0
     reclaim_pool: list[RunningJob] | None = None
     victim_pool: list[tuple[tuple[float, ...], float, RunningJob]] | None = None
+    # Per reason, the victim record that takes each running job whole, and what each running
+    # job holds; both keyed by id() of the running job (job ids of a stale snapshot may repeat).
+    whole_victims: dict[str, dict[int, Victim]] = field(default_factory=dict)
+    held_by_run: dict[int, tuple[int, int, int]] = field(default_factory=dict)
 
     # Quota answers per (queue, shape), with the queue's version in the book they hold for.
     quota_answers: dict[tuple[str, int], tuple[int, str | None]] = field(default_factory=dict)
@@ -121,13 +132,22 @@ class RoundState:
 
     def defer(self, job: PendingJob, shape: int, better_ahead: int, tail: str = "") -> None:
         """Word ``job``'s reason once the round is over, with ``better_ahead`` jobs counted ahead
-        of it and ``tail`` appended. Kept as parallel lists, not a tuple per job: thousands of
-        tuples living through the round would mostly be work for the garbage collector."""
+        of it and ``tail`` appended. Ids are kept per (shape, better_ahead), whose jobs share
+        one text, rather than a record per job: thousands of records living through the round
+        would mostly be work for the garbage collector."""
+        self.deferred_bucket(shape, better_ahead, job).append(job.job_id)
         if tail:
-            self.deferred_tails[len(self.deferred_jobs)] = tail
-        self.deferred_jobs.append(job)
-        self.deferred_shapes.append(shape)
-        self.deferred_ahead.append(better_ahead)
+            self.deferred_tails[job.job_id] = tail
+        if self.deferred_order is not None:
+            self.deferred_order.append((job.job_id, (shape, better_ahead), tail))
+
+    def deferred_bucket(self, shape: int, better_ahead: int, job: PendingJob) -> list[int]:
+        """The ids deferred with ``shape`` and ``better_ahead`` (``job`` is one of that shape)."""
+        bucket = self.deferred.get((shape, better_ahead))
+        if bucket is None:
+            bucket = self.deferred[(shape, better_ahead)] = []
+            self.deferred_gangs.setdefault(shape, job.smallest_gang)
+        return bucket
 
     # ----------------------------------------------------------------- views
     def future_view(self) -> FreeResources:
