@@ -37,7 +37,9 @@ def web_server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPath
     stop_server(running)
 
 
-@pytest.fixture(scope="session")
+# Per module: Playwright's sync API keeps an event loop running in the main thread while it is
+# open, which would break later tests that call asyncio.run().
+@pytest.fixture(scope="module")
 def browser() -> Iterator[object]:
     api = playwright_api()
     if not CHROMIUM.exists():

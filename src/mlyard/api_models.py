@@ -196,7 +196,8 @@ class QueueAmounts(BaseModel):
 
     gpu: int | None = Field(default=None, ge=0, le=1_000_000, description="GPUs")
     cpu: float | None = Field(default=None, ge=0, le=10_000_000, description="CPU cores")
-    memory: int | None = Field(default=None, ge=0, description="bytes; accepts quantities such as 64Gi")
+    # Bounded: the column is a 64-bit integer.
+    memory: int | None = Field(default=None, ge=0, le=2**62, description="bytes; accepts quantities such as 64Gi")
 
     @field_validator("memory", mode="before")
     @classmethod

@@ -34,6 +34,8 @@ from mlyard.api_models import (
     TensorBoardInfo,
     UsageReport,
 )
+from mlyard.audit_models import AuditPage
+from mlyard.project_models import ProjectInfo
 from mlyard.spec import JobSpec, JobStatus
 
 UPLOAD_CHUNK = 256 * 1024
@@ -174,6 +176,14 @@ class Client:
             params["until"] = until
         return UsageReport.model_validate(self._request("GET", "/usage", params=params).json())
 
+    def audit(self, *, since: float | None = None, until: float | None = None, actor: str | None = None,
+              route: str | None = None, limit: int = 100, before_id: int | None = None) -> AuditPage:
+        """Requests that changed something, newest first (administrators only)."""
+        params = {name: value for name, value in (("since", since), ("until", until), ("actor", actor),
+                                                  ("route", route), ("limit", limit), ("before_id", before_id))
+                  if value is not None}
+        return AuditPage.model_validate(self._request("GET", "/audit", params=params).json())
+
     def nodes(self) -> list[NodeInfo]:
         return TypeAdapter(list[NodeInfo]).validate_python(self._request("GET", "/nodes").json())
 
@@ -235,6 +245,28 @@ class Client:
 
     def revoke_token(self, token_id: int) -> TokenInfo:
         return TokenInfo.model_validate(self._request("DELETE", f"/tokens/{token_id}").json())
+
+    def projects(self) -> list[ProjectInfo]:
+        return TypeAdapter(list[ProjectInfo]).validate_python(self._request("GET", "/projects").json())
+
+    def project(self, name: str) -> ProjectInfo:
+        return ProjectInfo.model_validate(self._request("GET", f"/projects/{name}").json())
+
+    def create_project(self, name: str, *, description: str | None = None,
+                       limits: dict[str, Any] | None = None) -> ProjectInfo:
+        body = {"name": name, "description": description, "limits": limits or {}}
+        return ProjectInfo.model_validate(self._request("POST", "/projects", json=body).json())
+
+    def change_project(self, name: str, change: dict[str, Any]) -> ProjectInfo:
+        """`change` holds only what changes: description, limits (see `ProjectChange`)."""
+        return ProjectInfo.model_validate(self._request("PATCH", f"/projects/{name}", json=change).json())
+
+    def set_member(self, project: str, user: str, role: str) -> ProjectInfo:
+        response = self._request("PUT", f"/projects/{project}/members/{user}", json={"role": role}, retry=True)
+        return ProjectInfo.model_validate(response.json())
+
+    def remove_member(self, project: str, user: str) -> ProjectInfo:
+        return ProjectInfo.model_validate(self._request("DELETE", f"/projects/{project}/members/{user}").json())
 
     def snapshot_exists(self, digest: str) -> bool:
         try:

@@ -2,10 +2,13 @@
 
 It reads `launch.json` from the replica directory, pins the CPUs, joins a memory cgroup
 when one is configured, extracts the code snapshot into `code/`, and runs the user command
-there in a process group of its own with stdout and stderr going to `output.log`. SIGTERM and
-SIGINT are forwarded to the whole group. When the command ends, anything it left in its group
-is killed and `exit.json` is written (atomically), so the controller can read the outcome even
-after a server restart. `started.json` says the user command is running.
+there in a process group of its own. Its stdout and stderr go through a pipe that a thread of
+the launcher copies into `output.log`, up to `max_log_bytes` (MLYARD_MAX_LOG_BYTES); past that
+the output is read and dropped, so the command never blocks on a full pipe, and one line says
+so. SIGTERM and SIGINT are forwarded to the whole group. When the command ends, anything it
+left in its group is killed, the rest of its output is copied, and `exit.json` is written
+(atomically), so the controller can read the outcome even after a server restart.
+`started.json` says the user command is running.
 
 From its start until `exit.json` is written, a thread touches `heartbeat` every
 HEARTBEAT_INTERVAL seconds: a replica whose beats stop (the launcher killed, frozen, or its node
@@ -40,6 +43,11 @@ CODE_DIRECTORY = "code"
 COMMAND_NOT_FOUND = 127
 COMMAND_NOT_EXECUTABLE = 126
 _PR_SET_CHILD_SUBREAPER = 36
+DEFAULT_MAX_LOG_BYTES = 1024**3
+_COPY_CHUNK = 64 * 1024
+_PIPE_SIZE = 1024 * 1024
+# The command is gone and its group killed by then: what is left in the pipe is at most its size.
+_COPY_DRAIN_TIMEOUT = 10.0
 
 
 def write_json_atomically(path: Path, payload: dict) -> None:
@@ -110,6 +118,78 @@ class Heartbeat:
             self.beat()
 
 
+def format_bytes(count: int) -> str:
+    value, unit = float(count), "bytes"
+    for larger in ("KiB", "MiB", "GiB", "TiB"):
+        if value < 1024:
+            break
+        value, unit = value / 1024, larger
+    return f"{count} bytes" if unit == "bytes" else f"{value:.1f} {unit}"
+
+
+def truncation_line(limit: int) -> bytes:
+    return (f"[mlyard] log truncated: this replica wrote more than {format_bytes(limit)}; "
+            "the rest was discarded\n").encode()
+
+
+class CappedLog:
+    """Appends a replica's output to its log file until the file holds `limit` bytes, then
+    writes `truncation_line` once and discards the rest."""
+
+    def __init__(self, path: Path, limit: int):
+        self.limit = limit
+        self.file = open(path, "ab", buffering=0)  # noqa: SIM115 - open as long as the command runs; see close()
+        self.size = os.fstat(self.file.fileno()).st_size  # an earlier run's output counts too
+        self.truncated = False
+        self._last_byte = b"\n"
+        self._thread: threading.Thread | None = None
+
+    def write(self, data: bytes) -> None:
+        if self.truncated or not data:
+            return
+        kept = data[: max(0, self.limit - self.size)]
+        try:
+            if kept:
+                self.file.write(kept)
+                self.size += len(kept)
+                self._last_byte = kept[-1:]
+            if len(kept) < len(data):
+                self.truncated = True
+                # The cut may fall inside a line: the notice starts on a line of its own.
+                self.file.write((b"" if self._last_byte == b"\n" else b"\n") + truncation_line(self.limit))
+        except (OSError, ValueError):  # a full volume, or closed after a drain that timed out
+            pass
+
+    def follow(self, pipe: int) -> None:
+        """Copies from `pipe` in a thread until every writer has closed it."""
+        self._thread = threading.Thread(target=self._copy, args=(pipe,), name="output", daemon=True)
+        self._thread.start()
+
+    def _copy(self, pipe: int) -> None:
+        try:
+            while chunk := os.read(pipe, _COPY_CHUNK):
+                self.write(chunk)
+        finally:
+            os.close(pipe)
+
+    def close(self) -> None:
+        if self._thread is not None:
+            # A process outside the launcher's tree holding the pipe must not hold up exit.json.
+            self._thread.join(_COPY_DRAIN_TIMEOUT)
+        self.file.close()
+
+
+def _open_pipe() -> tuple[int, int]:
+    read_end, write_end = os.pipe()
+    try:  # fewer wake-ups of the copying thread for a command that prints a lot
+        import fcntl
+
+        fcntl.fcntl(write_end, fcntl.F_SETPIPE_SZ, _PIPE_SIZE)
+    except (ImportError, AttributeError, OSError):
+        pass
+    return read_end, write_end
+
+
 class Launcher:
     def __init__(self, directory: Path):
         self.directory = directory
@@ -117,6 +197,7 @@ class Launcher:
         self.child: subprocess.Popen | None = None
         self.terminating_signal: int | None = None
         self.cgroup: Path | None = None
+        self.output: CappedLog | None = None
         self.heartbeat = Heartbeat(directory / HEARTBEAT_FILE)
 
     def log(self, message: str) -> None:
@@ -174,22 +255,32 @@ class Launcher:
         environment.update(config["env"])
         if "PATH" not in config["env"] and config.get("prepend_path"):
             environment["PATH"] = config["prepend_path"] + os.pathsep + environment.get("PATH", "")
-        with open(self.directory / OUTPUT_LOG, "ab", buffering=0) as output:
-            try:
-                self.child = subprocess.Popen(
-                    config["command"],
-                    cwd=workdir,
-                    env=environment,
-                    stdin=subprocess.DEVNULL,
-                    stdout=output,
-                    stderr=subprocess.STDOUT,
-                    process_group=0,
-                    # The server keeps its own files private (umask 077); the job's are the user's.
-                    umask=0o022,
-                )
-            except (FileNotFoundError, PermissionError) as error:
-                output.write(f"mlyard: cannot run {config['command'][0]!r}: {error.strerror}\n".encode())
-                return COMMAND_NOT_FOUND if isinstance(error, FileNotFoundError) else COMMAND_NOT_EXECUTABLE
+        self.output = CappedLog(self.directory / OUTPUT_LOG, config.get("max_log_bytes") or DEFAULT_MAX_LOG_BYTES)
+        # A pipe rather than the file itself, so the launcher can stop the log growing without
+        # stopping the command.
+        read_end, write_end = _open_pipe()
+        try:
+            self.child = subprocess.Popen(
+                config["command"],
+                cwd=workdir,
+                env=environment,
+                stdin=subprocess.DEVNULL,
+                stdout=write_end,
+                stderr=subprocess.STDOUT,
+                process_group=0,
+                # The server keeps its own files private (umask 077); the job's are the user's.
+                umask=0o022,
+            )
+        except (FileNotFoundError, PermissionError) as error:
+            os.close(read_end)
+            self.output.write(f"mlyard: cannot run {config['command'][0]!r}: {error.strerror}\n".encode())
+            return COMMAND_NOT_FOUND if isinstance(error, FileNotFoundError) else COMMAND_NOT_EXECUTABLE
+        except BaseException:
+            os.close(read_end)
+            raise
+        finally:
+            os.close(write_end)  # the command holds the only write end, so its end is the pipe's
+        self.output.follow(read_end)
         # A signal that came while the child was being created had no child to go to.
         if self.terminating_signal is not None:
             self.on_signal(self.terminating_signal, None)
@@ -217,6 +308,8 @@ class Launcher:
             except (ProcessLookupError, PermissionError):
                 pass
             _kill_descendants()
+        if self.output is not None:  # every writer is gone now: the copy ends with the pipe
+            self.output.close()
         if self.cgroup is not None:
             from mlyard import cgroups
 

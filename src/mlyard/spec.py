@@ -42,8 +42,8 @@ NAME_PATTERN = r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$"
 
 def parse_memory(value: int | float | str) -> int:
     """Bytes from an int (bytes) or a quantity such as "512Mi", "2Gi", "1.5GB" or "4g"."""
-    if isinstance(value, bool):
-        raise ValueError("memory must be a number of bytes or a quantity such as 2Gi")
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise ValueError("memory must be a number of bytes or a quantity such as 2Gi")  # noqa: TRY004 - pydantic reports ValueError
     if isinstance(value, (int, float)):
         number, unit = float(value), ""
     else:
@@ -59,8 +59,8 @@ def parse_memory(value: int | float | str) -> int:
 
 def parse_duration(value: int | float | str) -> float:
     """Seconds from a number (seconds) or a string such as "90s", "10m", "2h", "1d"."""
-    if isinstance(value, bool):
-        raise ValueError("a duration is a number of seconds or a string such as 10m")
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise ValueError("a duration is a number of seconds or a string such as 10m")  # noqa: TRY004 - pydantic reports ValueError
     if isinstance(value, (int, float)):
         seconds = float(value)
     else:

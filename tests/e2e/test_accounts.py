@@ -18,8 +18,9 @@ _names = itertools.count(1)
 
 def new_user(server: RunningServer, password: str = "correct horse 1", *options: str) -> str:
     name = f"user{next(_names)}-{server.port}"
-    result = server.cli("users", "add", name, "--password-stdin", *options, check=True, input=f"{password}\n")
-    assert f"Added user {name}" in result.stdout
+    result = server.cli("users", "add", name, "--password-stdin", "--project", "default", *options, check=True,
+                        input=f"{password}\n")
+    assert f"Added user {name}, member of default" in result.stdout
     return name
 
 

@@ -39,6 +39,7 @@ from mlyard.server.rows import (
     AttemptRow,
     JobEventRow,
     JobRow,
+    ProjectRow,
     QueueRow,
     UserRow,
 )
@@ -497,9 +498,10 @@ def test_the_snapshot_carries_queues_owners_service_and_stops(world) -> None:
         session.add(alice)
         session.add(QueueRow(name="team", project="vision", quota_cpu=2, borrow_cpu=1, weight=2.0,
                              created_at=1.0, updated_at=1.0))
+        session.add(ProjectRow(name="vision", created_at=1.0))
         session.flush()
         alice_id = alice.id
-    principal = auth.Principal(name="alice", user_id=alice_id)
+    principal = auth.Principal(name="alice", user_id=alice_id, roles={"vision": auth.Role.MEMBER})
     spec = JobSpec(name="el", command=["x"], queue="team", max_runtime="1h",
                    roles=[{"replicas": 1}], elastic={"min_replicas": 1, "max_replicas": 3})
     running = jobs.submit(database, principal, spec, wake=lambda: None).id

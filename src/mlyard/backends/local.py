@@ -37,6 +37,7 @@ from mlyard.backends.base import (
 )
 from mlyard.backends.gpus import local_gpus
 from mlyard.launcher import (
+    DEFAULT_MAX_LOG_BYTES,
     EXIT_FILE,
     HEARTBEAT_FILE,
     HEARTBEAT_INTERVAL,
@@ -64,7 +65,7 @@ class LocalBackend(Backend):
     heartbeat_timeout = HEARTBEAT_TIMEOUT
 
     def __init__(self, *, cpus: int | None = None, memory_bytes: int | None = None,
-                 gpus: tuple[GpuDescription, ...] | None = None):
+                 gpus: tuple[GpuDescription, ...] | None = None, max_log_bytes: int = DEFAULT_MAX_LOG_BYTES):
         available = sorted(os.sched_getaffinity(0))
         if cpus is not None and not 1 <= cpus <= len(available):
             raise ValueError(f"the node can offer 1 to {len(available)} CPUs, not {cpus}")
@@ -75,6 +76,7 @@ class LocalBackend(Backend):
         self.memory_parent, memory_note = cgroups.detect_memory_parent()
         self.notes = (memory_note,) if memory_note else ()
         self._children: dict[int, subprocess.Popen] = {}
+        self.max_log_bytes = max_log_bytes
 
     def nodes(self) -> list[NodeDescription]:
         return [
@@ -111,6 +113,7 @@ class LocalBackend(Backend):
             "memory_cgroup_parent": str(self.memory_parent) if self.memory_parent else None,
             "cgroup_name": cgroup_name(launch.job_id, launch.attempt, replica.name),
             "prepend_path": str(Path(sys.executable).parent),
+            "max_log_bytes": self.max_log_bytes,
         }
 
     def dryrun(self, launch: AttemptLaunch) -> list[dict[str, Any]]:

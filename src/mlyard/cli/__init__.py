@@ -8,7 +8,8 @@ import sys
 import typer
 from rich.markup import escape
 
-from mlyard.cli import accounts, jobs, nodes, queues, server
+from mlyard.cli import accounts, jobs, nodes, projects, queues, server
+from mlyard.cli.audit import audit
 from mlyard.cli.metrics import metrics
 from mlyard.cli.output import errors
 from mlyard.cli.sim import sim
@@ -34,6 +35,7 @@ app.command()(metrics)
 app.add_typer(queues.queues_app, name="queues")
 app.command()(sim)
 app.command()(usage)
+app.command()(audit)
 app.command()(tensorboard)
 app.command()(top)
 app.command()(accounts.login)
@@ -41,6 +43,7 @@ app.command()(accounts.logout)
 app.command()(accounts.whoami)
 app.add_typer(accounts.users_app, name="users")
 app.add_typer(accounts.tokens_app, name="tokens")
+app.add_typer(projects.projects_app, name="projects")
 
 
 def main() -> None:

@@ -113,12 +113,28 @@ def add_user(
     admin: Annotated[bool, typer.Option("--admin", help="may administer the platform")] = False,
     password_stdin: PasswordStdin = False,
     no_password: Annotated[bool, typer.Option("--no-password", help="tokens only (a service account)")] = False,
+    project: Annotated[list[str] | None, typer.Option(
+        "--project", "-p", help="PROJECT or PROJECT:ROLE (viewer, member, maintainer; member by default); repeatable",
+    )] = None,
 ) -> None:
-    """Add a user (administrators)."""
+    """Add a user (administrators), optionally to projects."""
+    memberships = [_membership(text) for text in project or ()]
     password = None if no_password else _password(password_stdin, f"Password for {name}", confirm=True)
     with Client() as client:
         user = client.create_user(name, password=password, admin=admin)
-    console.print(f"Added user {user.name}{' (administrator)' if user.is_admin else ''}")
+        for project_name, role in memberships:
+            client.set_member(project_name, name, role)
+    joined = "".join(f", {role} of {project_name}" for project_name, role in memberships)
+    console.print(f"Added user {user.name}{' (administrator)' if user.is_admin else ''}{joined}")
+
+
+def _membership(text: str) -> tuple[str, str]:
+    project, _, role = text.partition(":")
+    role = role or "member"
+    if not project or role not in ("viewer", "member", "maintainer"):
+        raise UsageError(f"--project {text!r}: write PROJECT or PROJECT:ROLE, the role one of viewer, member, "
+                         "maintainer")
+    return project, role
 
 
 @users_app.command("passwd")

@@ -18,17 +18,20 @@ from mlyard import __version__, web
 from mlyard.api_models import ErrorBody, FieldError, Health, field_errors, summarize
 from mlyard.backends.base import Backend
 from mlyard.errors import MlyardError, TooManyRequests
-from mlyard.server import auth, failures, telemetry
+from mlyard.server import auth, body_limit, failures, telemetry
+from mlyard.server.audit import AuditRecorder
 from mlyard.server.controller import Controller
 from mlyard.server.db import Database
 from mlyard.server.leadership import Leadership, lease_for
 from mlyard.server.login_throttle import LoginThrottle
 from mlyard.server.routers import (
     accounts,
+    audit,
     jobs,
     metrics,
     monitoring,
     nodes,
+    projects,
     queues,
     snapshots,
     usage,
@@ -86,7 +89,8 @@ def create_app(settings: ServerSettings, *, backend: Backend | None = None) -> F
         database = Database.open(settings.effective_database_url)
         auth.ensure_admin(database, settings.paths.admin_token)
         blobs = BlobStore(settings.paths.blobs)
-        chosen = backend or LocalBackend(cpus=settings.node_cpus, memory_bytes=settings.node_memory)
+        chosen = backend or LocalBackend(cpus=settings.node_cpus, memory_bytes=settings.node_memory,
+                                         max_log_bytes=settings.max_log_bytes)
         # A controller stops for good, so each time this server becomes the leader gets a new one.
         leadership = Leadership(lease_for(database.url), lambda: Controller(
             database=database, backend=chosen, settings=settings, blobs=blobs,
@@ -117,7 +121,9 @@ def create_app(settings: ServerSettings, *, backend: Backend | None = None) -> F
     app.add_exception_handler(MlyardError, _mlyard_error)
     app.add_exception_handler(OperationalError, _infrastructure_error)
     app.add_exception_handler(OSError, _infrastructure_error)
-    telemetry.install(app)
+    body_limit.install(app, settings.max_request_bytes, exempt=[("PUT", f"{API_PREFIX}/snapshots/")])
+    telemetry.install(app)  # after: its timer wraps the limit and so sees its 413s
+    app.add_middleware(AuditRecorder)
     app.state.login_throttle = LoginThrottle()
 
     @app.get(f"{API_PREFIX}/health", response_model=Health, tags=["health"])
@@ -128,7 +134,7 @@ def create_app(settings: ServerSettings, *, backend: Backend | None = None) -> F
                       adopted=getattr(leadership.controller, "adopted", None))
 
     for router in (jobs.router, metrics.router, monitoring.router, nodes.router, queues.router, snapshots.router,
-                   usage.router, accounts.router):
+                   usage.router, accounts.router, audit.router, projects.router):
         app.include_router(router, prefix=API_PREFIX)
     web.install(app)
     return app

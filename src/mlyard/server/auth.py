@@ -13,7 +13,8 @@ import hashlib
 import os
 import secrets
 import time
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from argon2 import PasswordHasher
@@ -21,9 +22,9 @@ from argon2.exceptions import InvalidHashError, VerificationError
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from mlyard.errors import Forbidden, Unauthorized
+from mlyard.errors import Forbidden, NotFound, Unauthorized
 from mlyard.server.db import Database, insert_if_absent
-from mlyard.server.rows import ApiTokenRow, UserRow
+from mlyard.server.rows import ApiTokenRow, JobRow, ProjectMemberRow, UserRow
 
 TOKEN_PREFIX = "mly_"
 
@@ -37,6 +38,28 @@ class Action(enum.Enum):
     """Adding what a job measured (training metrics): its own token may."""
 
 
+class Role(enum.IntEnum):
+    """A user's role in a project; each includes the ones below it."""
+
+    VIEWER = 1
+    """reads the project's jobs, queues, logs and metrics"""
+    MEMBER = 2
+    """submits jobs to it and manages their own"""
+    MAINTAINER = 3
+    """manages every job of the project, its queues and quotas, and its members"""
+
+    @classmethod
+    def named(cls, name: str) -> Role:
+        return cls[name.upper()]
+
+    @property
+    def label(self) -> str:
+        return self.name.lower()
+
+
+ROLE_NAMES = tuple(role.label for role in Role)
+
+
 @dataclass(frozen=True)
 class Principal:
     """Who is calling: a user, or a job's replicas (job_id set)."""
@@ -47,6 +70,18 @@ class Principal:
     job_id: int | None = None
     token_id: int | None = None
     """The token the call came with: the session a logout ends."""
+    roles: Mapping[str, Role] = field(default_factory=dict)
+    """Project name → this user's role there (a job token holds none: it acts for its job)."""
+
+    def role_in(self, project: str) -> Role | None:
+        if self.is_admin and self.job_id is None:
+            return Role.MAINTAINER
+        return self.roles.get(project)
+
+    def visible_projects(self) -> frozenset[str] | None:
+        """The projects whose jobs this caller may see; None: no limit by project (an
+        administrator, or a job token, which `authorize` confines to its own job)."""
+        return None if self.is_admin or self.job_id is not None else frozenset(self.roles)
 
 
 def hash_token(token: str) -> str:
@@ -136,13 +171,40 @@ def authenticate(database: Database, authorization: str | None) -> Principal:
         user = session.get(UserRow, row.user_id) if row.user_id is not None else None
         if user is None:
             raise Unauthorized("the token's user no longer exists")
-        return Principal(name=user.name, user_id=user.id, is_admin=user.is_admin, token_id=row.id)
+        roles = {project: Role.named(role) for project, role in session.execute(
+            select(ProjectMemberRow.project, ProjectMemberRow.role).where(ProjectMemberRow.user_id == user.id))}
+        return Principal(name=user.name, user_id=user.id, is_admin=user.is_admin, token_id=row.id, roles=roles)
+
+
+def require_role(principal: Principal, project: str, role: Role, doing: str) -> None:
+    """Raises Forbidden unless the caller holds at least `role` in `project` (administrators
+    hold every role). `doing` completes "… may not {doing}" in the message."""
+    held = principal.role_in(project)
+    if principal.job_id is None and held is not None and held >= role:
+        return
+    if principal.job_id is not None:
+        raise Forbidden(f"a job token may not {doing}")
+    having = f"is only a {held.label} of project {project!r}" if held else f"is not a member of project {project!r}"
+    raise Forbidden(f"{principal.name} {having} and may not {doing}; that needs the {role.label} role",
+                    field="project")
+
+
+def may_read_project(principal: Principal, project: str) -> bool:
+    visible = principal.visible_projects()
+    return visible is None or project in visible
+
+
+def visible_job(principal: Principal, job: JobRow | None, job_id: int) -> JobRow:
+    """The job, if the caller may see it; one it may not see answers like one that does not exist."""
+    if job is None or not may_read_project(principal, job.project):
+        raise NotFound(f"job {job_id} does not exist")
+    return job
 
 
 def authorize(principal: Principal, action: Action, *, job_id: int | None = None) -> None:
-    """The single access check. Users may read and write everything for now (projects and
-    roles come later), administrators may also administer; a job's token may only read its own job
-    and report its metrics."""
+    """The check every service makes first: administrators may administer; a job's token may
+    only read its own job and report its metrics. What a user may do inside a project is checked
+    next, by `require_role` and `visible_job` against the project of what is touched."""
     if action is Action.ADMIN:
         if principal.is_admin and principal.job_id is None:
             return

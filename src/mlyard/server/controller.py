@@ -25,7 +25,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, selectinload
@@ -40,7 +40,7 @@ from mlyard.backends.base import (
 )
 from mlyard.rendezvous import JobContext, ReplicaSlot, replica_environments
 from mlyard.scheduler import ClusterSnapshot, Decisions, StartJob, decide
-from mlyard.server import auth
+from mlyard.server import auth, project_limits
 from mlyard.server.attempts import (
     GONE,
     end_attempt,
@@ -54,7 +54,14 @@ from mlyard.server.attempts import (
 )
 from mlyard.server.cluster import snapshot as cluster_snapshot
 from mlyard.server.db import Database
-from mlyard.server.rows import AttemptRow, JobRow, NodeRow, QueueRow, ReplicaRow
+from mlyard.server.rows import (
+    AttemptRow,
+    JobRow,
+    NodeRow,
+    ProjectRow,
+    QueueRow,
+    ReplicaRow,
+)
 from mlyard.server.sampling import NodeMonitor
 from mlyard.server.services.jobs import switch_status
 from mlyard.server.services.nodes import record_nodes
@@ -298,9 +305,13 @@ class Controller:
                 return False
             nodes = session.scalars(select(NodeRow)).all()
             addresses = {node.name: node.address for node in nodes}
+            projects = {row.name: row for row in session.scalars(select(ProjectRow))}
+            queued, held_back = project_limits.admit(queued, holding, projects)
             snapshot = cluster_snapshot(nodes, holding, queued, queues=session.scalars(select(QueueRow)).all(),
                                         config=self.settings.scheduler_config())
         decisions = self.decide(snapshot, now)
+        if held_back:
+            decisions = replace(decisions, waiting={**decisions.waiting, **held_back})
         stopped = self._record_decisions(decisions, now)
         if self.observe_cycle is not None:  # launches are the backend's time, not the round's
             self.observe_cycle(self.settings.scheduler_policy, time.perf_counter() - began)

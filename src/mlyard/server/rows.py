@@ -219,6 +219,52 @@ class QueueRow(Base):
     updated_at: Mapped[float] = mapped_column(Float)
 
 
+class ProjectRow(Base):
+    """What jobs, queues and (later) datasets and models belong to; people see and act in a
+    project through their role in it. Null limits are no limit."""
+
+    __tablename__ = "projects"
+
+    name: Mapped[str] = mapped_column(String(63), primary_key=True)
+    description: Mapped[str | None] = mapped_column(Text, nullable=True)
+    quota_gpu: Mapped[float | None] = mapped_column(Float, nullable=True)
+    quota_cpu: Mapped[float | None] = mapped_column(Float, nullable=True)
+    quota_memory: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    max_running_jobs: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    max_storage_bytes: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    created_at: Mapped[float] = mapped_column(Float)
+
+
+class ProjectMemberRow(Base):
+    """A user's role in a project: viewer, member or maintainer."""
+
+    __tablename__ = "project_members"
+
+    project: Mapped[str] = mapped_column(ForeignKey("projects.name", ondelete="CASCADE"), primary_key=True)
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"), primary_key=True)
+    role: Mapped[str] = mapped_column(String(16))
+    created_at: Mapped[float] = mapped_column(Float)
+
+
+class AuditEventRow(Base):
+    """One request that changed something (or tried to): who, what, when, from where."""
+
+    __tablename__ = "audit_events"
+    __table_args__ = (Index("ix_audit_events_at", "at"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    at: Mapped[float] = mapped_column(Float)
+    actor: Mapped[str] = mapped_column(String(160))
+    method: Mapped[str] = mapped_column(String(10))
+    route: Mapped[str] = mapped_column(String(255))
+    """The route's template, e.g. /api/v1/jobs/{job_id}/cancel."""
+    target: Mapped[str | None] = mapped_column(String(255), nullable=True)
+    """The path as requested, with its ids."""
+    status: Mapped[int] = mapped_column(Integer)
+    address: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    details: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+
+
 class IdempotencyKeyRow(Base):
     """A submission made with an `Idempotency-Key` header: a retry with the same key (by the
     same caller) gets the job it created instead of a second one."""

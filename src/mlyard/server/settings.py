@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from mlyard.config import DEFAULT_HOST, DEFAULT_PORT, Paths, home_directory
 from mlyard.errors import MlyardError
+from mlyard.launcher import DEFAULT_MAX_LOG_BYTES
 from mlyard.scheduler import DEFAULT_POLICY, LIVE_POLICIES, SchedulerConfig
 from mlyard.spec import parse_duration, parse_memory
 from mlyard.storage import DEFAULT_MAX_SNAPSHOT_BYTES
@@ -19,6 +20,8 @@ DEFAULT_MINUTE_SAMPLE_RETENTION = 30 * 24 * 3600.0
 DEFAULT_IDLE_GPU_UTILIZATION = 10.0
 DEFAULT_IDLE_AFTER = 30 * 60.0
 DEFAULT_INTERACTIVE_IDLE_TIMEOUT = 3600.0
+DEFAULT_AUDIT_RETENTION = 365 * 24 * 3600.0
+DEFAULT_MAX_REQUEST_BYTES = 1024 * 1024
 _ZERO_DURATION = re.compile(r"^\s*0+(\.0*)?\s*[smhd]?\s*$")
 
 
@@ -32,6 +35,13 @@ def _duration_or_zero(variable: str, value: str) -> float:
 def _duration(variable: str, value: str) -> float:
     try:
         return parse_duration(value)
+    except ValueError as error:
+        raise MlyardError(f"{variable}: {error}") from None
+
+
+def _size(variable: str, value: str) -> int:
+    try:
+        return parse_memory(value.strip())
     except ValueError as error:
         raise MlyardError(f"{variable}: {error}") from None
 
@@ -65,6 +75,10 @@ class ServerSettings:
     `preemption_grace` of its own."""
     max_snapshot_bytes: int = DEFAULT_MAX_SNAPSHOT_BYTES
     """The largest code snapshot an upload may be (MLYARD_MAX_SNAPSHOT)."""
+    max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES
+    """The largest body of any request but a snapshot upload (MLYARD_MAX_REQUEST_BYTES)."""
+    max_log_bytes: int = DEFAULT_MAX_LOG_BYTES
+    """Where a replica's `output.log` stops growing (MLYARD_MAX_LOG_BYTES); the rest is discarded."""
     scheduler_policy: str = DEFAULT_POLICY
     """How the scheduler orders and preempts (MLYARD_SCHEDULER_POLICY): one of `LIVE_POLICIES`."""
     preempt_min_run_seconds: float = DEFAULT_PREEMPT_MIN_RUN
@@ -85,6 +99,8 @@ class ServerSettings:
     interactive_idle_timeout_seconds: float = DEFAULT_INTERACTIVE_IDLE_TIMEOUT
     """An interactive job without an `idle_timeout` of its own is stopped after this long idle
     (MLYARD_INTERACTIVE_IDLE_TIMEOUT); 0: never."""
+    audit_retention_seconds: float = DEFAULT_AUDIT_RETENTION
+    """Audit events older than this are deleted (MLYARD_AUDIT_RETENTION); 0: kept forever."""
     extra: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -117,6 +133,7 @@ class ServerSettings:
         idle_gpu = environment.get("MLYARD_IDLE_GPU_UTILIZATION")
         idle_after = environment.get("MLYARD_IDLE_AFTER")
         interactive_timeout = environment.get("MLYARD_INTERACTIVE_IDLE_TIMEOUT")
+        audit_retention = environment.get("MLYARD_AUDIT_RETENTION")
         return cls(
             paths=Paths(home_directory()),
             host=host or environment.get("MLYARD_HOST", DEFAULT_HOST),
@@ -126,6 +143,8 @@ class ServerSettings:
             node_memory=parse_memory(memory) if memory else None,
             stop_grace_seconds=parse_duration(grace) if grace else 10.0,
             max_snapshot_bytes=parse_memory(snapshot_cap) if snapshot_cap else DEFAULT_MAX_SNAPSHOT_BYTES,
+            max_request_bytes=_size("MLYARD_MAX_REQUEST_BYTES", environment.get("MLYARD_MAX_REQUEST_BYTES") or "1Mi"),
+            max_log_bytes=_size("MLYARD_MAX_LOG_BYTES", environment.get("MLYARD_MAX_LOG_BYTES") or "1Gi"),
             scheduler_policy=environment.get("MLYARD_SCHEDULER_POLICY", "").strip() or DEFAULT_POLICY,
             preempt_min_run_seconds=(_duration_or_zero("MLYARD_PREEMPT_MIN_RUN", min_run) if min_run
                                      else DEFAULT_PREEMPT_MIN_RUN),
@@ -142,4 +161,6 @@ class ServerSettings:
             interactive_idle_timeout_seconds=(
                 _duration_or_zero("MLYARD_INTERACTIVE_IDLE_TIMEOUT", interactive_timeout) if interactive_timeout
                 else DEFAULT_INTERACTIVE_IDLE_TIMEOUT),
+            audit_retention_seconds=(_duration_or_zero("MLYARD_AUDIT_RETENTION", audit_retention) if audit_retention
+                                     else DEFAULT_AUDIT_RETENTION),
         )

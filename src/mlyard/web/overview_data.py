@@ -310,6 +310,8 @@ def job_counts(database: Database, principal: auth.Principal) -> JobCounts:
     query = select(JobRow.status, func.count()).group_by(JobRow.status)
     if principal.job_id is not None:
         query = query.where(JobRow.id == principal.job_id)
+    if (visible := principal.visible_projects()) is not None:
+        query = query.where(JobRow.project.in_(sorted(visible)))
     with database.reading() as session:
         return count_statuses(session.execute(query).all())
 
@@ -333,6 +335,8 @@ def recent_events(database: Database, principal: auth.Principal, limit: int = RE
              .order_by(JobEventRow.id.desc()).limit(limit))
     if principal.job_id is not None:
         query = query.where(JobEventRow.job_id == principal.job_id)
+    if (visible := principal.visible_projects()) is not None:
+        query = query.where(JobRow.project.in_(sorted(visible)))
     with database.reading() as session:
         return [RecentEvent(event_id, job_id, name, at, JobStatus(before) if before else None, JobStatus(after),
                             message)

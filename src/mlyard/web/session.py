@@ -52,9 +52,11 @@ def page_principal(request: Request) -> auth.Principal:
     if not token:
         raise login_required(request)
     try:
-        return auth.authenticate(request.app.state.database, f"Bearer {token}")
+        principal = auth.authenticate(request.app.state.database, f"Bearer {token}")
     except Unauthorized as error:
         raise login_required(request) from error
+    request.state.principal = principal  # the audit log's actor (server/audit.py)
+    return principal
 
 
 PagePrincipal = Annotated[auth.Principal, Depends(page_principal)]

@@ -22,6 +22,7 @@ from starlette.responses import Response
 
 from mlyard.api_models import FieldError, field_errors
 from mlyard.errors import MlyardError, PayloadTooLarge
+from mlyard.server import auth
 from mlyard.server.services import jobs, queues
 from mlyard.spec import JobSpec
 from mlyard.web.render import page
@@ -76,9 +77,13 @@ def _form(request: Request, principal, *, mode: str, fields: dict[str, str], err
     if fields.get("queue") and fields["queue"] not in names:
         names.append(fields["queue"])
     by_field = {error.field: error.message for error in errors if error.field in FORM_FIELDS.values()}
+    # The projects this user may submit to; an administrator may name any (a new one is created).
+    project_choices = None if principal.is_admin else sorted(
+        name for name, role in principal.roles.items() if role >= auth.Role.MEMBER)
     return page(request, "submit.html", status_code=status_code, nav="submit", principal=principal, mode=mode,
                 fields=fields, errors=errors, field_errors=by_field, message=message, queues=names,
-                frameworks=FRAMEWORKS, source=source, key=fields.get("key") or uuid.uuid4().hex)
+                frameworks=FRAMEWORKS, source=source, key=fields.get("key") or uuid.uuid4().hex,
+                project_choices=project_choices)
 
 
 def _default_fields() -> dict[str, str]:

@@ -21,7 +21,9 @@ def principal(
     request: Request, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]
 ) -> auth.Principal:
     header = f"{credentials.scheme} {credentials.credentials}" if credentials else request.headers.get("authorization")
-    return auth.authenticate(request.app.state.database, header)
+    principal = auth.authenticate(request.app.state.database, header)
+    request.state.principal = principal  # the audit log's actor (server/audit.py)
+    return principal
 
 
 def wake_controller(request: Request):

@@ -44,6 +44,7 @@ from mlyard.server.rows import (
     SnapshotRow,
     UserRow,
 )
+from mlyard.server.services import projects
 from mlyard.spec import JobSpec, JobStatus, can_transition
 
 LOG_TAIL_LINES = 20
@@ -135,14 +136,23 @@ def submit_with_key(
 def _insert(database: Database, principal: auth.Principal, spec: JobSpec,
             key: tuple[str, str, str] | None) -> JobInfo:
     with database.transaction() as session:
-        if spec.snapshot is not None and session.get(SnapshotRow, spec.snapshot) is None:
-            raise NotFound(f"snapshot {spec.snapshot[:12]} is not on the server; upload it first", field="snapshot")
         # A shared lock: a queue deleted meanwhile (which locks the row) cannot end up holding this job.
         queue = session.scalar(select(QueueRow).where(QueueRow.name == spec.queue).with_for_update(read=True))
         if spec.queue != DEFAULT_QUEUE and queue is None:
             names = sorted({DEFAULT_QUEUE, *session.scalars(select(QueueRow.name))})
             raise InvalidRequest(f"queue {spec.queue!r} does not exist; the queues are: {', '.join(names)}",
                                  field="queue")
+        if queue is not None and "project" not in spec.model_fields_set:
+            # A job that names a queue but no project belongs to the queue's project.
+            spec = spec.model_copy(update={"project": queue.project})
+        projects.ensure_project(session, principal, spec.project)
+        auth.require_role(principal, spec.project, auth.Role.MEMBER, f"submit jobs to project {spec.project!r}")
+        if spec.snapshot is not None and session.get(SnapshotRow, spec.snapshot) is None:
+            raise NotFound(f"snapshot {spec.snapshot[:12]} is not on the server; upload it first", field="snapshot")
+        # The default project's queues are shared; any other queue takes its own project's jobs.
+        if queue is not None and queue.project not in (projects.DEFAULT_PROJECT, spec.project):
+            raise InvalidRequest(f"queue {spec.queue!r} belongs to project {queue.project!r}; a job of project "
+                                 f"{spec.project!r} cannot use it", field="queue")
         nodes = [scheduler_node(row) for row in session.scalars(select(NodeRow))]
         reason = unschedulable_reason(tuple(nodes), smallest_gang(spec))
         if reason is not None:
@@ -203,6 +213,8 @@ def list_jobs(
         query = query.where(JobRow.name.like(f"%{escaped}%", escape="\\"))
     if principal.job_id is not None:
         query = query.where(JobRow.id == principal.job_id)
+    if (visible := principal.visible_projects()) is not None:
+        query = query.where(JobRow.project.in_(sorted(visible)))
     with database.transaction() as session:
         return [job_info(row) for row in session.scalars(query)]
 
@@ -215,8 +227,7 @@ def get_job(database: Database, principal: auth.Principal, job_id: int) -> JobDe
             .where(JobRow.id == job_id)
             .options(selectinload(JobRow.attempts).selectinload(AttemptRow.replicas), selectinload(JobRow.events))
         )
-        if job is None:
-            raise NotFound(f"job {job_id} does not exist")
+        job = auth.visible_job(principal, job, job_id)
         detail = JobDetail(
             **job_info(job).model_dump(),
             attempts=[attempt_info(attempt) for attempt in job.attempts],
@@ -238,9 +249,11 @@ def cancel(database: Database, principal: auth.Principal, job_id: int, *, wake: 
     its replicas (SIGTERM, grace period, SIGKILL) before it becomes CANCELLED."""
     auth.authorize(principal, auth.Action.WRITE, job_id=job_id)
     with database.transaction() as session:
-        job = session.get(JobRow, job_id, with_for_update=True)
-        if job is None:
-            raise NotFound(f"job {job_id} does not exist")
+        job = auth.visible_job(principal, session.get(JobRow, job_id, with_for_update=True), job_id)
+        # One's own job needs the member role; anyone's, the maintainer role.
+        own = principal.user_id is not None and job.owner_id == principal.user_id
+        needed = auth.Role.MEMBER if own else auth.Role.MAINTAINER
+        auth.require_role(principal, job.project, needed, f"cancel job {job_id}" + ("" if own else " of another user"))
         status = JobStatus(job.status)
         if status.is_terminal:
             raise Conflict(f"job {job_id} has already ended ({status.value})")

@@ -30,8 +30,7 @@ def read_log(
             select(JobRow).where(JobRow.id == job_id)
             .options(selectinload(JobRow.attempts).selectinload(AttemptRow.replicas))
         )
-        if job is None:
-            raise NotFound(f"job {job_id} does not exist")
+        job = auth.visible_job(principal, job, job_id)
         if not job.attempts:
             return LogChunk(job_id=job_id, attempt=0, replica=replica or "", offset=offset, next_offset=offset,
                             text="", complete=JobStatus(job.status).is_terminal)

@@ -7,7 +7,7 @@ import time
 from sqlalchemy import func, select
 
 from mlyard.api_models import METRICS_PAGE_SIZE, MetricPoint, MetricsPage, MetricsReport
-from mlyard.errors import Conflict, NotFound, PayloadTooLarge
+from mlyard.errors import Conflict, PayloadTooLarge
 from mlyard.server import auth
 from mlyard.server.db import Database
 from mlyard.server.rows import JobRow, MetricRow
@@ -22,9 +22,9 @@ def record(database: Database, principal: auth.Principal, job_id: int, report: M
     auth.authorize(principal, auth.Action.REPORT, job_id=job_id)
     now = time.time()
     with database.transaction() as session:
-        job = session.get(JobRow, job_id)
-        if job is None:
-            raise NotFound(f"job {job_id} does not exist")
+        job = auth.visible_job(principal, session.get(JobRow, job_id), job_id)
+        if principal.job_id is None:
+            auth.require_role(principal, job.project, auth.Role.MEMBER, f"report metrics for job {job_id}")
         if job.attempt_count == 0:
             raise Conflict(f"job {job_id} has not started yet; metrics belong to a running attempt")
         stored = session.scalar(select(func.count()).select_from(MetricRow).where(MetricRow.job_id == job_id))
@@ -44,8 +44,7 @@ def read(database: Database, principal: auth.Principal, job_id: int, *, names: l
     """Values stored after the point `after` (an id from an earlier page), oldest first."""
     auth.authorize(principal, auth.Action.READ, job_id=job_id)
     with database.transaction() as session:
-        if session.get(JobRow, job_id) is None:
-            raise NotFound(f"job {job_id} does not exist")
+        auth.visible_job(principal, session.get(JobRow, job_id), job_id)
         query = select(MetricRow).where(MetricRow.job_id == job_id, MetricRow.id > after)
         if names:
             query = query.where(MetricRow.name.in_(names))

@@ -276,9 +276,7 @@ def job_resources(database: Database, principal: auth.Principal, job_id: int, *,
     since = time.time() - DEFAULT_WINDOW[resolution] if since is None else since
     period = PERIODS[resolution]
     with database.transaction() as session:
-        job = session.get(JobRow, job_id)
-        if job is None:
-            raise NotFound(f"job {job_id} does not exist")
+        job = auth.visible_job(principal, session.get(JobRow, job_id), job_id)
         times = session.scalars(select(JobSampleRow.at).distinct().where(
             JobSampleRow.job_id == job_id, JobSampleRow.period == period, JobSampleRow.at > since,
         ).order_by(JobSampleRow.at).limit(limit)).all()
@@ -318,6 +316,8 @@ def running_jobs(database: Database, principal: auth.Principal, *, now: float | 
              .options(selectinload(AttemptRow.replicas)).order_by(JobRow.id, AttemptRow.number))
     if principal.job_id is not None:
         query = query.where(JobRow.id == principal.job_id)
+    if (visible := principal.visible_projects()) is not None:
+        query = query.where(JobRow.project.in_(sorted(visible)))
     with database.transaction() as session:
         # A job has one holding attempt; should an older one linger unfinished, the newest speaks for it.
         holding = {job.id: (job, attempt, user) for job, attempt, user in session.execute(query)}

@@ -1,5 +1,6 @@
-"""Queues: their quotas and borrowing limits (administrators change them), and what each
-holds and keeps waiting right now.
+"""Queues: their quotas and borrowing limits (administrators and the maintainers of a queue's
+project change them), and what each holds and keeps waiting right now. Every queue is listed;
+its waiting jobs are named only to those who may see their project.
 
 The `default` queue always exists: without a row it has no quota. A queue only jobs name
 (submitted before queues had to exist) is shown as implicit too, so nothing waits unseen.
@@ -27,6 +28,7 @@ from mlyard.server import auth
 from mlyard.server.cluster import DEFAULT_QUEUE
 from mlyard.server.db import Database, insert_if_absent
 from mlyard.server.rows import AttemptRow, JobRow, QueueRow
+from mlyard.server.services import projects
 from mlyard.spec import TERMINAL_STATUSES, JobStatus
 
 _UNFINISHED = [status.value for status in JobStatus if status not in TERMINAL_STATUSES]
@@ -41,9 +43,12 @@ class _Load:
     memory: int = 0
     running: set[int] = field(default_factory=set)
     waiting: list[WaitingJob] = field(default_factory=list)
+    hidden_waiting: int = 0
+    """Waiting jobs of projects the caller may not see: counted, not listed."""
 
 
-def _loads(session: Session) -> dict[str, _Load]:
+def _loads(session: Session, visible: frozenset[str] | None = None) -> dict[str, _Load]:
+    """`visible`: the projects whose waiting jobs may be listed (others are only counted)."""
     loads: dict[str, _Load] = defaultdict(_Load)
     holding = session.scalars(
         select(AttemptRow)
@@ -61,6 +66,9 @@ def _loads(session: Session) -> dict[str, _Load]:
         select(JobRow).where(JobRow.status == JobStatus.QUEUED.value).order_by(JobRow.submitted_at, JobRow.id)
     )
     for job in queued:
+        if visible is not None and job.project not in visible:
+            loads[job.queue].hidden_waiting += 1
+            continue
         loads[job.queue].waiting.append(WaitingJob(
             id=job.id, name=job.name, priority=job.priority, reason=job.wait_reason,
             waiting_since=job.queued_since if job.queued_since is not None else job.submitted_at,
@@ -78,7 +86,7 @@ def _info(name: str, row: QueueRow | None, load: _Load) -> QueueInfo:
     return QueueInfo(
         name=name, project=project, quota=quota, borrow_limit=borrow, weight=weight,
         usage=QueueUsage(gpu=load.gpu, cpu=load.cpu, memory=load.memory),
-        running=len(load.running), waiting=len(load.waiting), waiting_jobs=load.waiting,
+        running=len(load.running), waiting=len(load.waiting) + load.hidden_waiting, waiting_jobs=load.waiting,
         implicit=row is None,
         created_at=row.created_at if row is not None else None,
         updated_at=row.updated_at if row is not None else None,
@@ -97,7 +105,7 @@ def list_queues(database: Database, principal: auth.Principal) -> list[QueueInfo
     auth.authorize(principal, auth.Action.READ)
     with database.transaction() as session:
         rows = {row.name: row for row in session.scalars(select(QueueRow))}
-        loads = _loads(session)
+        loads = _loads(session, principal.visible_projects())
         names = sorted({DEFAULT_QUEUE, *rows, *_names_in_use(session)})
         return [_info(name, rows.get(name), loads.get(name, _Load())) for name in names]
 
@@ -108,15 +116,25 @@ def get_queue(database: Database, principal: auth.Principal, name: str) -> Queue
         row = session.get(QueueRow, name)
         if row is None and name != DEFAULT_QUEUE and name not in _names_in_use(session):
             raise NotFound(f"queue {name!r} does not exist")
-        return _info(name, row, _loads(session).get(name, _Load()))
+        return _info(name, row, _loads(session, principal.visible_projects()).get(name, _Load()))
+
+
+def _may_change(principal: auth.Principal, project: str, name: str) -> None:
+    """Administrators, and the maintainers of the queue's project, change its queues."""
+    auth.require_role(principal, project, auth.Role.MAINTAINER, f"change queue {name!r}")
 
 
 def set_queue(database: Database, principal: auth.Principal, name: str, settings: QueueSettings,
               *, wake: Callable[[], None]) -> QueueInfo:
     """Creates the queue or updates the fields `settings` names (see `QueueSettings`)."""
-    auth.authorize(principal, auth.Action.ADMIN)
     given = settings.model_fields_set
     with database.transaction() as session:
+        existing = session.get(QueueRow, name)
+        if name == DEFAULT_QUEUE or existing is not None:
+            _may_change(principal, existing.project if existing is not None else projects.DEFAULT_PROJECT, name)
+        if existing is None or "project" in given:
+            projects.ensure_project(session, principal, settings.project)
+            _may_change(principal, settings.project, name)
         now = time.time()
         # Created, if new, and locked before it is read: two administrators setting one queue at
         # once on PostgreSQL then apply their changes one after the other instead of one failing.
@@ -136,20 +154,21 @@ def set_queue(database: Database, principal: auth.Principal, name: str, settings
                     setattr(row, f"{prefix}_{resource}", None if amounts is None else getattr(amounts, resource))
         row.updated_at = now
         session.flush()
-        info = _info(name, row, _loads(session).get(name, _Load()))
+        info = _info(name, row, _loads(session, principal.visible_projects()).get(name, _Load()))
     wake()  # a new quota or limit may let waiting jobs start, or call for a preemption
     return info
 
 
 def delete_queue(database: Database, principal: auth.Principal, name: str, *, wake: Callable[[], None]) -> None:
-    auth.authorize(principal, auth.Action.ADMIN)
     if name == DEFAULT_QUEUE:
+        _may_change(principal, projects.DEFAULT_PROJECT, name)
         raise Conflict("the default queue cannot be deleted; change its quota with PUT instead")
     with database.transaction() as session:
         # Locked while its jobs are counted, so a concurrent set_queue waits for the answer.
         row = session.get(QueueRow, name, with_for_update=True)
         if row is None:
             raise NotFound(f"queue {name!r} does not exist")
+        _may_change(principal, row.project, name)
         jobs = session.scalars(
             select(JobRow.id).where(JobRow.queue == name, JobRow.status.in_(_UNFINISHED)).order_by(JobRow.id)
         ).all()

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from mlyard.api_models import TensorBoardInfo
 from mlyard.config import Paths
-from mlyard.errors import NotFound
 from mlyard.server import auth
 from mlyard.server.db import Database
 from mlyard.server.rows import JobRow
@@ -15,7 +14,6 @@ from mlyard.server.rows import JobRow
 def directory(database: Database, principal: auth.Principal, paths: Paths, job_id: int) -> TensorBoardInfo:
     auth.authorize(principal, auth.Action.READ, job_id=job_id)
     with database.transaction() as session:
-        if session.get(JobRow, job_id) is None:
-            raise NotFound(f"job {job_id} does not exist")
+        auth.visible_job(principal, session.get(JobRow, job_id), job_id)
     path = paths.tensorboard_directory(job_id)
     return TensorBoardInfo(job_id=job_id, directory=str(path), exists=path.is_dir())

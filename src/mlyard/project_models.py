@@ -1,0 +1,61 @@
+"""What the API takes and returns about projects, their members and their limits."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from mlyard.spec import NAME_PATTERN
+
+RoleName = Literal["viewer", "member", "maintainer"]
+
+
+class ProjectLimits(BaseModel):
+    """Null: no limit. GPU, CPU and memory count what the project's running jobs hold."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    gpu: float | None = Field(default=None, ge=0, le=1e6)
+    cpu: float | None = Field(default=None, ge=0, le=1e7)
+    memory: int | None = Field(default=None, ge=0, le=2**62, description="bytes")
+    running_jobs: int | None = Field(default=None, ge=0, le=10**6)
+    storage_bytes: int | None = Field(default=None, ge=0, le=2**62,
+                                      description="code snapshots of the project's jobs together")
+
+
+class ProjectMember(BaseModel):
+    user: str
+    role: RoleName
+
+
+class ProjectInfo(BaseModel):
+    name: str
+    description: str | None
+    limits: ProjectLimits
+    your_role: RoleName | None = Field(description="the caller's role; null for an administrator who is no member")
+    members: list[ProjectMember]
+    created_at: float
+
+
+class NewProject(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(pattern=NAME_PATTERN, description="lowercase letters, digits and dashes")
+    description: str | None = Field(default=None, max_length=2000)
+    limits: ProjectLimits = Field(default_factory=ProjectLimits)
+
+
+class ProjectChange(BaseModel):
+    """Fields left out keep their value."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    description: str | None = Field(default=None, max_length=2000)
+    limits: ProjectLimits | None = None
+
+
+class Membership(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    role: RoleName

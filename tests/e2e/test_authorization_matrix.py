@@ -1,0 +1,211 @@
+"""Who may call what: every operation of the API's own OpenAPI document, called by each kind
+of caller, must give exactly the answer its rule allows. An operation without a rule here
+fails the test, so a new route cannot ship unclassified.
+
+Callers: anonymous; `outsider`, a member of another project; `viewer`, `member` and
+`maintainer` of project P; the administrator. P holds a job of `member`'s.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import httpx
+import pytest
+from conftest import DATABASES, RunningServer, start_server, stop_server
+
+PERSONAS = ("anonymous", "outsider", "viewer", "member", "maintainer", "admin")
+ANY_USER = frozenset(PERSONAS) - {"anonymous"}
+PROJECT_READERS = frozenset({"viewer", "member", "maintainer", "admin"})
+PROJECT_WRITERS = frozenset({"member", "maintainer", "admin"})
+MAINTAINERS = frozenset({"maintainer", "admin"})
+ADMIN = frozenset({"admin"})
+PASSWORD = "matrix pass 1"
+_counter = itertools.count(1)
+
+
+@dataclass
+class World:
+    server: RunningServer
+    project: str
+    other: str
+    users: dict[str, str]
+    tokens: dict[str, str]
+    job: int
+    spare_user: str
+
+    def http(self, persona: str) -> httpx.Client:
+        headers = {} if persona == "anonymous" else {"Authorization": f"Bearer {self.tokens[persona]}"}
+        return httpx.Client(base_url=f"{self.server.url}/api/v1", headers=headers, timeout=60)
+
+    def as_admin(self) -> httpx.Client:
+        return self.http("admin")
+
+    def fresh_job(self) -> int:
+        """A queued-or-running job of `member` in P, to be cancelled."""
+        with self.http("member") as http:
+            answer = http.post("/jobs", json={"name": f"matrix-{next(_counter)}", "project": self.project,
+                                              "command": ["sleep", "30"],
+                                              "roles": [{"resources": {"cpu": 1, "memory": "64Mi"}}]})
+        assert answer.status_code == 201, answer.text
+        return answer.json()["id"]
+
+    def fresh_queue(self) -> str:
+        name = f"mq-{self.server.port}-{next(_counter)}"
+        with self.as_admin() as http:
+            assert http.put(f"/queues/{name}", json={"project": self.project}).status_code == 200
+        return name
+
+    def fresh_token_of_member(self) -> int:
+        with self.http("member") as http:
+            return http.post("/tokens", json={"name": "to revoke"}).json()["info"]["id"]
+
+
+@dataclass(frozen=True)
+class Rule:
+    allowed: frozenset[str] | None
+    """None: public (no token needed)."""
+    call: Callable[[World, httpx.Client], httpx.Response]
+    hidden_from: frozenset[str] = frozenset()
+    """Callers refused with 404 rather than 403: what they may not see does not exist for them."""
+
+
+def _get(path: str) -> Callable[[World, httpx.Client], httpx.Response]:
+    return lambda world, http: http.get(path.format(job=world.job, project=world.project))
+
+
+RULES: dict[str, Rule] = {
+    "GET /api/v1/health": Rule(None, _get("/health")),
+    "POST /api/v1/login": Rule(None, lambda w, h: h.post("/login", json={"user": w.users["member"],
+                                                                          "password": PASSWORD})),
+    "GET /api/v1/whoami": Rule(ANY_USER, _get("/whoami")),
+    "GET /api/v1/users": Rule(ADMIN, _get("/users")),
+    "POST /api/v1/users": Rule(ADMIN, lambda w, h: h.post("/users", json={"name": f"u{next(_counter)}-{w.server.port}"})),
+    "PUT /api/v1/users/{name}/password": Rule(
+        ADMIN, lambda w, h: h.put(f"/users/{w.spare_user}/password", json={"password": PASSWORD})),
+    "GET /api/v1/tokens": Rule(ANY_USER, _get("/tokens")),
+    "POST /api/v1/tokens": Rule(ANY_USER, lambda w, h: h.post("/tokens", json={"name": "matrix"})),
+    "DELETE /api/v1/tokens/{token_id}": Rule(
+        frozenset({"member", "admin"}), lambda w, h: h.delete(f"/tokens/{w.fresh_token_of_member()}"),
+        hidden_from=frozenset({"outsider", "viewer", "maintainer"})),
+    "GET /api/v1/audit": Rule(ADMIN, _get("/audit")),
+    "GET /api/v1/projects": Rule(ANY_USER, _get("/projects")),
+    "POST /api/v1/projects": Rule(ADMIN, lambda w, h: h.post("/projects", json={"name": f"np-{next(_counter)}"})),
+    "GET /api/v1/projects/{name}": Rule(PROJECT_READERS, _get("/projects/{project}"),
+                                        hidden_from=frozenset({"outsider"})),
+    "PATCH /api/v1/projects/{name}": Rule(
+        MAINTAINERS, lambda w, h: h.patch(f"/projects/{w.project}", json={"description": "changed"}),
+        hidden_from=frozenset({"outsider"})),
+    "PUT /api/v1/projects/{name}/members/{user}": Rule(
+        MAINTAINERS, lambda w, h: h.put(f"/projects/{w.project}/members/{w.spare_user}", json={"role": "viewer"}),
+        hidden_from=frozenset({"outsider"})),
+    "DELETE /api/v1/projects/{name}/members/{user}": Rule(
+        MAINTAINERS, lambda w, h: _remove_spare(w, h), hidden_from=frozenset({"outsider"})),
+    "GET /api/v1/jobs": Rule(ANY_USER, _get("/jobs?all=true")),
+    "POST /api/v1/jobs": Rule(PROJECT_WRITERS, lambda w, h: h.post("/jobs", json={
+        "name": "matrix-submit", "project": w.project, "command": ["true"], "roles": [{"resources": {"cpu": 1}}]})),
+    "GET /api/v1/jobs/{job_id}": Rule(PROJECT_READERS, _get("/jobs/{job}"), hidden_from=frozenset({"outsider"})),
+    "POST /api/v1/jobs/{job_id}/cancel": Rule(
+        frozenset({"member", "maintainer", "admin"}), lambda w, h: h.post(f"/jobs/{w.fresh_job()}/cancel"),
+        hidden_from=frozenset({"outsider"})),
+    "GET /api/v1/jobs/{job_id}/logs": Rule(PROJECT_READERS, _get("/jobs/{job}/logs"),
+                                           hidden_from=frozenset({"outsider"})),
+    "POST /api/v1/jobs/{job_id}/metrics": Rule(
+        PROJECT_WRITERS, lambda w, h: h.post(f"/jobs/{w.job}/metrics", json={"step": 1, "metrics": {"loss": 1.0}}),
+        hidden_from=frozenset({"outsider"})),
+    "GET /api/v1/jobs/{job_id}/metrics": Rule(PROJECT_READERS, _get("/jobs/{job}/metrics"),
+                                              hidden_from=frozenset({"outsider"})),
+    "GET /api/v1/jobs/{job_id}/resources": Rule(PROJECT_READERS, _get("/jobs/{job}/resources"),
+                                                hidden_from=frozenset({"outsider"})),
+    "GET /api/v1/jobs/{job_id}/tensorboard": Rule(PROJECT_READERS, _get("/jobs/{job}/tensorboard"),
+                                                  hidden_from=frozenset({"outsider"})),
+    "GET /api/v1/resources/jobs": Rule(ANY_USER, _get("/resources/jobs")),
+    "GET /api/v1/nodes": Rule(ANY_USER, _get("/nodes")),
+    "GET /api/v1/nodes/{name}/samples": Rule(ANY_USER, lambda w, h: h.get(f"/nodes/{_node(w)}/samples")),
+    "GET /api/v1/usage": Rule(ANY_USER, _get("/usage")),
+    "GET /api/v1/queues": Rule(ANY_USER, _get("/queues")),
+    "GET /api/v1/queues/{name}": Rule(ANY_USER, _get("/queues/default")),
+    "PUT /api/v1/queues/{name}": Rule(
+        MAINTAINERS, lambda w, h: h.put(f"/queues/{w.fresh_queue()}", json={"weight": 2})),
+    "DELETE /api/v1/queues/{name}": Rule(MAINTAINERS, lambda w, h: h.delete(f"/queues/{w.fresh_queue()}")),
+    # Snapshots are content-addressed and hold no project: any user may upload and ask.
+    "PUT /api/v1/snapshots/{digest}": Rule(
+        ANY_USER, lambda w, h: h.put(f"/snapshots/{'0' * 64}", content=b"not a tarball",
+                                     headers={"Content-Type": "application/gzip"})),
+    "GET /api/v1/snapshots/{digest}": Rule(ANY_USER, _get(f"/snapshots/{'0' * 64}")),
+}
+
+
+def _node(world: World) -> str:
+    with world.as_admin() as http:
+        return http.get("/nodes").json()[0]["name"]
+
+
+def _remove_spare(world: World, http: httpx.Client) -> httpx.Response:
+    with world.as_admin() as admin:
+        admin.put(f"/projects/{world.project}/members/{world.spare_user}", json={"role": "viewer"})
+    return http.delete(f"/projects/{world.project}/members/{world.spare_user}")
+
+
+@pytest.fixture(scope="module", params=DATABASES)
+def matrix_server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
+    """A server of its own: the jobs the matrix queues must not hold up other tests."""
+    running = start_server(tmp_path_factory.mktemp(f"mlyard-matrix-{request.param}"), database=request.param)
+    yield running
+    with running.client() as admin:
+        for job in admin.jobs():
+            admin.cancel(job.id)
+    stop_server(running)
+
+
+@pytest.fixture(scope="module")
+def world(matrix_server: RunningServer) -> World:
+    server = matrix_server
+    port = server.port
+    project, other = f"mp-{port}", f"mo-{port}"
+    users = {persona: f"{persona}-{port}" for persona in ("outsider", "viewer", "member", "maintainer")}
+    spare = f"spare-{port}"
+    with server.client() as admin:
+        admin.create_project(project)
+        admin.create_project(other)
+        for persona, name in users.items():
+            admin.create_user(name, password=PASSWORD)
+            admin.set_member(other if persona == "outsider" else project, name,
+                             "member" if persona == "outsider" else persona)
+        admin.create_user(spare, password=PASSWORD)
+    tokens = {"admin": server.token()}
+    with httpx.Client(base_url=f"{server.url}/api/v1") as http:
+        for persona, name in users.items():
+            tokens[persona] = http.post("/login", json={"user": name, "password": PASSWORD}).json()["token"]
+    world = World(server=server, project=project, other=other, users=users, tokens=tokens, job=0, spare_user=spare)
+    world.job = world.fresh_job()
+    return world
+
+
+def test_every_operation_has_a_rule(matrix_server: RunningServer) -> None:
+    paths = httpx.get(f"{matrix_server.url}/api/v1/openapi.json").json()["paths"]
+    operations = {f"{method.upper()} {path}" for path, methods in paths.items() for method in methods}
+    assert operations - set(RULES) == set(), "classify these operations in RULES"
+    assert set(RULES) - operations == set(), "these rules name operations that no longer exist"
+
+
+@pytest.mark.parametrize("operation", sorted(RULES))
+def test_each_caller_gets_exactly_its_answer(world: World, operation: str) -> None:
+    rule = RULES[operation]
+    answers = {}
+    for persona in PERSONAS:
+        with world.http(persona) as http:
+            answers[persona] = rule.call(world, http)
+    for persona, answer in answers.items():
+        status = answer.status_code
+        assert status < 500, f"{operation} as {persona}: {status} {answer.text}"
+        if rule.allowed is None or persona in rule.allowed:
+            assert status not in (401, 403) and not (status == 404 and persona in rule.hidden_from), (
+                f"{operation} as {persona} should be allowed, got {status} {answer.text}")
+        elif persona == "anonymous":
+            assert status == 401, f"{operation} as anonymous: {status}"
+        else:
+            expected = 404 if persona in rule.hidden_from else 403
+            assert status == expected, f"{operation} as {persona}: expected {expected}, got {status} {answer.text}"

@@ -1,0 +1,146 @@
+"""The audit log's recorder on a small app of its own, and its retention: rows older than
+MLYARD_AUDIT_RETENTION go, at most once an hour per process, and a database that cannot take
+a row never costs a request its answer."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from fastapi import FastAPI, Request
+from sqlalchemy import select, text
+
+from mlyard.config import Paths
+from mlyard.errors import MlyardError
+from mlyard.server.audit import AuditRecorder
+from mlyard.server.auth import Principal
+from mlyard.server.db import Database
+from mlyard.server.rows import AuditEventRow
+from mlyard.server.services import audit
+from mlyard.server.settings import DEFAULT_AUDIT_RETENTION, ServerSettings
+
+DAY = 86400.0
+
+
+@pytest.fixture
+def database(database_url: str):
+    opened = Database.open(database_url)
+    yield opened
+    opened.close()
+
+
+def old_event(at: float, target: str = "/api/v1/jobs") -> audit.Event:
+    return audit.Event(at=at, actor="alice", method="POST", route="/api/v1/jobs", target=target, status=201,
+                       address="10.0.0.7")
+
+
+def targets(database: Database) -> list[str]:
+    with database.reading() as session:
+        return list(session.scalars(select(AuditEventRow.target).order_by(AuditEventRow.id)))
+
+
+class Caller:
+    """Requests straight into the app, in this process."""
+
+    def __init__(self, app: FastAPI):
+        self.app = app
+
+    def request(self, method: str, path: str) -> httpx.Response:
+        async def send() -> httpx.Response:
+            transport = httpx.ASGITransport(app=self.app, client=("10.1.2.3", 4567))
+            async with httpx.AsyncClient(transport=transport, base_url="http://mlyard") as client:
+                return await client.request(method, path)
+
+        return asyncio.run(send())
+
+    def post(self, path: str) -> httpx.Response:
+        return self.request("POST", path)
+
+
+def small_app(database: Database, tmp_path: Path, *, retention: float, prune_every: float = 3600.0) -> FastAPI:
+    app = FastAPI()
+    app.add_middleware(AuditRecorder, prune_every=prune_every)
+    app.state.database = database
+    app.state.settings = ServerSettings(paths=Paths(tmp_path), audit_retention_seconds=retention)
+
+    @app.post("/things/{thing}")
+    def change(thing: str, request: Request) -> dict[str, str]:
+        request.state.principal = Principal(name="alice", user_id=1)
+        return {"changed": thing}
+
+    @app.get("/things/{thing}")
+    def read(thing: str) -> dict[str, str]:
+        return {"read": thing}
+
+    return app
+
+
+def test_prune_deletes_only_what_is_older_than_the_cut(database: Database) -> None:
+    now = time.time()
+    audit.record(database, old_event(now - 400 * DAY, "/ancient"))
+    audit.record(database, old_event(now - 364 * DAY, "/old-but-kept"))
+    audit.record(database, old_event(now, "/fresh"))
+    assert audit.prune(database, now - 365 * DAY) == 1
+    assert targets(database) == ["/old-but-kept", "/fresh"]
+    assert audit.prune(database, now - 365 * DAY) == 0
+
+
+def test_the_recorder_writes_changes_and_prunes_at_most_once_per_period(database: Database, tmp_path: Path) -> None:
+    now = time.time()
+    audit.record(database, old_event(now - 40 * DAY, "/expired-first"))
+    client = Caller(small_app(database, tmp_path, retention=30 * DAY))
+    assert client.post("/things/a?x=1").json() == {"changed": "a"}
+    assert client.request("GET", "/things/b").status_code == 200  # a read: not recorded
+    assert client.request("DELETE", "/nowhere").status_code == 404
+    with database.reading() as session:
+        rows = list(session.scalars(select(AuditEventRow).order_by(AuditEventRow.id)))
+    assert [(row.actor, row.method, row.route, row.target, row.status, row.address, row.details) for row in rows] == [
+        ("alice", "POST", "/things/{thing}", "/things/a", 200, "10.1.2.3", {"query": "x=1"}),
+        ("anonymous", "DELETE", "/nowhere", "/nowhere", 404, "10.1.2.3", None),
+    ]
+    # Within the hour a new expired row stays: the first request pruned, the next ones do not.
+    audit.record(database, old_event(now - 40 * DAY, "/expired-later"))
+    client.post("/things/c")
+    assert "/expired-later" in targets(database)
+
+
+def test_prune_every_period_and_never_with_zero_retention(database: Database, tmp_path: Path) -> None:
+    now = time.time()
+    audit.record(database, old_event(now - 40 * DAY, "/expired"))
+    Caller(small_app(database, tmp_path, retention=0.0, prune_every=0.0)).post("/things/a")
+    assert "/expired" in targets(database)
+    eager = Caller(small_app(database, tmp_path, retention=30 * DAY, prune_every=0.0))
+    eager.post("/things/a")
+    assert "/expired" not in targets(database)
+    audit.record(database, old_event(now - 40 * DAY, "/expired-again"))
+    eager.post("/things/b")
+    assert "/expired-again" not in targets(database)
+
+
+def test_paths_too_long_or_with_nul_are_recorded_cut_and_cleaned(database: Database, tmp_path: Path) -> None:
+    caller = Caller(small_app(database, tmp_path, retention=30 * DAY))
+    assert caller.post("/things/a%00b").status_code == 200
+    assert caller.post("/" + "x" * 300).status_code == 404
+    assert targets(database) == ["/things/a\ufffdb", "/" + "x" * 254]
+
+
+def test_a_database_that_cannot_record_still_lets_the_answer_out(database: Database, tmp_path: Path) -> None:
+    with database.transaction() as session:
+        session.execute(text("DROP TABLE audit_events"))
+    answer = Caller(small_app(database, tmp_path, retention=30 * DAY)).post("/things/a")
+    assert answer.status_code == 200 and answer.json() == {"changed": "a"}
+
+
+def test_the_retention_is_read_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("MLYARD_AUDIT_RETENTION", raising=False)
+    assert ServerSettings.from_environment().audit_retention_seconds == DEFAULT_AUDIT_RETENTION == 365 * DAY
+    monkeypatch.setenv("MLYARD_AUDIT_RETENTION", "30d")
+    assert ServerSettings.from_environment().audit_retention_seconds == 30 * DAY
+    monkeypatch.setenv("MLYARD_AUDIT_RETENTION", "0")
+    assert ServerSettings.from_environment().audit_retention_seconds == 0.0
+    monkeypatch.setenv("MLYARD_AUDIT_RETENTION", "a year")
+    with pytest.raises(MlyardError, match="MLYARD_AUDIT_RETENTION"):
+        ServerSettings.from_environment()
