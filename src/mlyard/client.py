@@ -35,7 +35,7 @@ from mlyard.api_models import (
     UsageReport,
 )
 from mlyard.audit_models import AuditPage
-from mlyard.project_models import ProjectInfo
+from mlyard.project_models import ProjectInfo, ProjectStorage
 from mlyard.spec import JobSpec, JobStatus
 
 UPLOAD_CHUNK = 256 * 1024
@@ -265,6 +265,12 @@ class Client:
         response = self._request("PUT", f"/projects/{project}/members/{user}", json={"role": role}, retry=True)
         return ProjectInfo.model_validate(response.json())
 
+    def project_storage(self, project: str) -> ProjectStorage:
+        return ProjectStorage.model_validate(self._request("GET", f"/projects/{project}/snapshots").json())
+
+    def release_snapshot(self, project: str, digest: str) -> ProjectStorage:
+        return ProjectStorage.model_validate(self._request("DELETE", f"/projects/{project}/snapshots/{digest}").json())
+
     def remove_member(self, project: str, user: str) -> ProjectInfo:
         return ProjectInfo.model_validate(self._request("DELETE", f"/projects/{project}/members/{user}").json())
 
@@ -277,7 +283,8 @@ class Client:
                 return False
             raise
 
-    def upload_snapshot(self, path: Path, digest: str, *, progress: Callable[[int], None] | None = None) -> SnapshotInfo:
+    def upload_snapshot(self, path: Path, digest: str, *, progress: Callable[[int], None] | None = None,
+                        project: str | None = None) -> SnapshotInfo:
         def chunks() -> Iterator[bytes]:
             with open(path, "rb") as handle:
                 while data := handle.read(UPLOAD_CHUNK):
@@ -286,7 +293,8 @@ class Client:
                         progress(len(data))
 
         headers = {"Content-Type": "application/gzip", "Content-Length": str(path.stat().st_size)}
-        response = self._request("PUT", f"/snapshots/{digest}", content=chunks(), headers=headers)
+        response = self._request("PUT", f"/snapshots/{digest}", content=chunks(), headers=headers,
+                                 params={"project": project} if project else None)
         return SnapshotInfo.model_validate(response.json())
 
     def wait(self, job_id: int, *, poll_seconds: float = 0.5, timeout: float | None = None,

@@ -8,7 +8,9 @@ the output is read and dropped, so the command never blocks on a full pipe, and 
 so. SIGTERM and SIGINT are forwarded to the whole group. When the command ends, anything it
 left in its group is killed, the rest of its output is copied, and `exit.json` is written
 (atomically), so the controller can read the outcome even after a server restart.
-`started.json` says the user command is running.
+`started.json` says the user command is running. When the config names an OS account
+(`run_as`), the code directory becomes that account's and the command runs as it, with an
+environment that keeps nothing of the server's but PATH and the locale.
 
 From its start until `exit.json` is written, a thread touches `heartbeat` every
 HEARTBEAT_INTERVAL seconds: a replica whose beats stop (the launcher killed, frozen, or its node
@@ -61,6 +63,34 @@ def read_json(path: Path) -> dict | None:
         return json.loads(path.read_text())
     except (OSError, ValueError):
         return None
+
+
+# What a replica of another account inherits from the server's environment: nothing that
+# could carry the server's secrets (MLYARD_DATABASE_URL, credentials of its own).
+_INHERITED = ("PATH", "LANG", "LANGUAGE", "TZ", "TERM", "TMPDIR")
+
+
+def _account_environment(run_as: dict) -> dict[str, str]:
+    environment = {key: value for key, value in os.environ.items()
+                   if key in _INHERITED or key.startswith("LC_")}
+    environment.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
+    environment.update(HOME=run_as["home"], USER=run_as["name"], LOGNAME=run_as["name"], SHELL="/bin/sh")
+    return environment
+
+
+def _identity(run_as: dict | None) -> dict:
+    """Popen's arguments that run the command as the job's account, with no other groups."""
+    if not run_as:
+        return {}
+    return {"user": run_as["uid"], "group": run_as["gid"], "extra_groups": []}
+
+
+def _give_tree(directory: Path, uid: int, gid: int) -> None:
+    """The job's code becomes its account's (links themselves, never what they point to)."""
+    os.lchown(directory, uid, gid)
+    for root, directories, files in os.walk(directory):
+        for name in directories + files:
+            os.lchown(os.path.join(root, name), uid, gid)
 
 
 def _become_subreaper() -> None:
@@ -249,9 +279,12 @@ class Launcher:
             extract_snapshot(Path(config["snapshot"]), workdir)
         else:
             workdir.mkdir(exist_ok=True)
+        run_as = config.get("run_as")
+        if run_as:
+            _give_tree(workdir, run_as["uid"], run_as["gid"])
         if self.terminating_signal is not None:
             return -self.terminating_signal
-        environment = dict(os.environ)
+        environment = _account_environment(run_as) if run_as else dict(os.environ)
         environment.update(config["env"])
         if "PATH" not in config["env"] and config.get("prepend_path"):
             environment["PATH"] = config["prepend_path"] + os.pathsep + environment.get("PATH", "")
@@ -270,6 +303,7 @@ class Launcher:
                 process_group=0,
                 # The server keeps its own files private (umask 077); the job's are the user's.
                 umask=0o022,
+                **_identity(run_as),
             )
         except (FileNotFoundError, PermissionError) as error:
             os.close(read_end)

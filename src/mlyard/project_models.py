@@ -21,7 +21,7 @@ class ProjectLimits(BaseModel):
     memory: int | None = Field(default=None, ge=0, le=2**62, description="bytes")
     running_jobs: int | None = Field(default=None, ge=0, le=10**6)
     storage_bytes: int | None = Field(default=None, ge=0, le=2**62,
-                                      description="code snapshots of the project's jobs together")
+                                      description="bytes of code snapshots the project keeps, each counted once")
 
 
 class ProjectMember(BaseModel):
@@ -33,6 +33,7 @@ class ProjectInfo(BaseModel):
     name: str
     description: str | None
     limits: ProjectLimits
+    storage_used_bytes: int = Field(default=0, description="code snapshots the project keeps, against limits.storage_bytes")
     your_role: RoleName | None = Field(description="the caller's role; null for an administrator who is no member")
     members: list[ProjectMember]
     created_at: float
@@ -59,3 +60,21 @@ class Membership(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     role: RoleName
+
+
+class StoredSnapshot(BaseModel):
+    digest: str
+    size: int = Field(description="bytes")
+    jobs: int = Field(description="the project's jobs that ran this code")
+    unfinished_jobs: int = Field(description="of them, those not yet ended: the snapshot cannot be released")
+    first_used_at: float
+    last_used_at: float
+
+
+class ProjectStorage(BaseModel):
+    """The code snapshots a project keeps, newest use first."""
+
+    project: str
+    used_bytes: int
+    limit_bytes: int | None
+    snapshots: list[StoredSnapshot]

@@ -8,7 +8,10 @@ Callers: anonymous; `outsider`, a member of another project; `viewer`, `member` 
 
 from __future__ import annotations
 
+import hashlib
+import io
 import itertools
+import tarfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
@@ -58,9 +61,30 @@ class World:
             assert http.put(f"/queues/{name}", json={"project": self.project}).status_code == 200
         return name
 
+    def fresh_snapshot(self) -> str:
+        """A snapshot P keeps that no unfinished job uses, to be released."""
+        body = snapshot_archive(f"matrix {next(_counter)}")
+        digest = hashlib.sha256(body).hexdigest()
+        with self.http("member") as http:
+            answer = http.put(f"/snapshots/{digest}", params={"project": self.project}, content=body,
+                              headers={"Content-Type": "application/gzip"})
+        assert answer.status_code == 201, answer.text
+        return digest
+
     def fresh_token_of_member(self) -> int:
         with self.http("member") as http:
             return http.post("/tokens", json={"name": "to revoke"}).json()["info"]["id"]
+
+
+def snapshot_archive(text: str) -> bytes:
+    """A gzip tarball with one file: a valid code snapshot."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as archive:
+        data = text.encode()
+        member = tarfile.TarInfo("train.py")
+        member.size = len(data)
+        archive.addfile(member, io.BytesIO(data))
+    return buffer.getvalue()
 
 
 @dataclass(frozen=True)
@@ -103,6 +127,12 @@ RULES: dict[str, Rule] = {
         hidden_from=frozenset({"outsider"})),
     "DELETE /api/v1/projects/{name}/members/{user}": Rule(
         MAINTAINERS, lambda w, h: _remove_spare(w, h), hidden_from=frozenset({"outsider"})),
+    "GET /api/v1/projects/{name}/snapshots": Rule(PROJECT_READERS, _get("/projects/{project}/snapshots"),
+                                                  hidden_from=frozenset({"outsider"})),
+    # Answered only once a snapshot is kept: maintainers get 404 for one the project does not keep.
+    "DELETE /api/v1/projects/{name}/snapshots/{digest}": Rule(
+        MAINTAINERS, lambda w, h: h.delete(f"/projects/{w.project}/snapshots/{w.fresh_snapshot()}"),
+        hidden_from=frozenset({"outsider"})),
     "GET /api/v1/jobs": Rule(ANY_USER, _get("/jobs?all=true")),
     "POST /api/v1/jobs": Rule(PROJECT_WRITERS, lambda w, h: h.post("/jobs", json={
         "name": "matrix-submit", "project": w.project, "command": ["true"], "roles": [{"resources": {"cpu": 1}}]})),

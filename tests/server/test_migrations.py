@@ -11,7 +11,7 @@ from alembic.config import Config
 from sqlalchemy import inspect, select, text
 
 from mlyard.server.db import MIGRATIONS, SCHEMA_REVISION, Database, current_revision, make_engine
-from mlyard.server.rows import Base, JobEventRow, JobRow, QueueRow
+from mlyard.server.rows import Base, JobEventRow, JobRow, ProjectSnapshotRow, QueueRow
 
 
 def migrate_to(url: str, revision: str, *, down: bool = False) -> None:
@@ -125,3 +125,27 @@ def test_the_revision_a_database_is_opened_at_without_alembic_is_alembic_head(da
         assert current_revision(engine) == SCHEMA_REVISION
     finally:
         engine.dispose()
+
+
+def test_the_code_of_existing_jobs_counts_for_their_projects(database_url: str) -> None:
+    url = database_url
+    migrate_to(url, "0008")
+    engine = make_engine(url)
+    digest = "a" * 64
+    with engine.begin() as connection:
+        connection.execute(text(f"INSERT INTO snapshots (digest, size, created_at) VALUES ('{digest}', 5000, 1.0)"))
+        for job_id, submitted in ((1, 10.0), (2, 20.0)):
+            connection.execute(text(
+                "INSERT INTO jobs (id, name, project, queue, priority, spec, status, attempt_count, submitted_at, "
+                f"updated_at, snapshot) VALUES ({job_id}, 'old', 'default', 'default', 0, '{{}}', 'SUCCEEDED', 1, "
+                f"{submitted}, {submitted}, '{digest}')"))
+    engine.dispose()
+
+    database = Database.open(url)
+    try:
+        with database.transaction() as session:
+            (kept,) = session.scalars(select(ProjectSnapshotRow)).all()
+            assert (kept.project, kept.digest, kept.size) == ("default", digest, 5000)
+            assert (kept.first_used_at, kept.last_used_at) == (10.0, 20.0)
+    finally:
+        database.close()

@@ -1,1 +1,1 @@
-"""Backends run replicas: `local` (processes on this machine); Kubernetes comes later."""
+"""Backends run replicas: `local` (processes on this machine) and `kubernetes` (pods)."""

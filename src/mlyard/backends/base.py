@@ -49,6 +49,9 @@ class ReplicaLaunch:
     env: Mapping[str, str]
     directory: Path
     snapshot: Path | None
+    image: str | None = None
+    """The container image a backend that runs containers starts (the job's `image`); None:
+    the backend's default. The local backend runs no containers and ignores it."""
 
 
 @dataclass(frozen=True)
@@ -56,6 +59,11 @@ class AttemptLaunch:
     job_id: int
     attempt: int
     replicas: tuple[ReplicaLaunch, ...]
+    owner: str | None = None
+    """The mlyard user the job belongs to: a backend that separates users runs it as theirs."""
+    private_directories: tuple[Path, ...] = ()
+    """The job's own directories (checkpoints, TensorBoard logs): writable by its replicas,
+    closed to other users' jobs."""
 
 
 @dataclass(frozen=True)
@@ -95,6 +103,10 @@ class ReplicaObservation:
     exit_code: int | None = None
     started_at: float | None = None
     finished_at: float | None = None
+    reason: str | None = None
+    """Why a replica is in this state, in words, when the backend knows more than the state
+    says: `pending` (unschedulable, its image cannot be pulled), `exited` (killed for using too
+    much memory), `lost` (its node is gone, evicted). None: nothing to add."""
 
     @property
     def is_gone(self) -> bool:
@@ -110,6 +122,12 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def nodes(self) -> list[NodeDescription]:
         """The nodes this backend runs replicas on and their allocatable resources."""
+
+    def replica_address(self, job_id: int, attempt: int, replica: str, node: str, node_address: str) -> str:
+        """How the other replicas of an attempt reach `replica` (MASTER_ADDR, TF_CONFIG's
+        hosts): by default its node's address; a backend whose replicas have addresses of
+        their own (pods behind a headless Service) names them here."""
+        return node_address
 
     @abc.abstractmethod
     def reserve_ports(self, node: str, count: int) -> list[int]:

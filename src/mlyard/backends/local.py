@@ -36,6 +36,7 @@ from mlyard.backends.base import (
     handle_reference,
 )
 from mlyard.backends.gpus import local_gpus
+from mlyard.backends.job_users import JobUsers, OsAccount, make_passable
 from mlyard.launcher import (
     DEFAULT_MAX_LOG_BYTES,
     EXIT_FILE,
@@ -65,7 +66,8 @@ class LocalBackend(Backend):
     heartbeat_timeout = HEARTBEAT_TIMEOUT
 
     def __init__(self, *, cpus: int | None = None, memory_bytes: int | None = None,
-                 gpus: tuple[GpuDescription, ...] | None = None, max_log_bytes: int = DEFAULT_MAX_LOG_BYTES):
+                 gpus: tuple[GpuDescription, ...] | None = None, max_log_bytes: int = DEFAULT_MAX_LOG_BYTES,
+                 job_users: JobUsers | None = None, notes: tuple[str, ...] = ()):
         available = sorted(os.sched_getaffinity(0))
         if cpus is not None and not 1 <= cpus <= len(available):
             raise ValueError(f"the node can offer 1 to {len(available)} CPUs, not {cpus}")
@@ -74,9 +76,10 @@ class LocalBackend(Backend):
         self.gpus = local_gpus() if gpus is None else gpus
         self.node_name = socket.gethostname() or "local"
         self.memory_parent, memory_note = cgroups.detect_memory_parent()
-        self.notes = (memory_note,) if memory_note else ()
+        self.notes = ((memory_note,) if memory_note else ()) + tuple(notes)
         self._children: dict[int, subprocess.Popen] = {}
         self.max_log_bytes = max_log_bytes
+        self.job_users = job_users
 
     def nodes(self) -> list[NodeDescription]:
         return [
@@ -103,8 +106,9 @@ class LocalBackend(Backend):
             for candidate in sockets:
                 candidate.close()
 
-    def _config(self, replica: ReplicaLaunch, launch: AttemptLaunch) -> dict[str, Any]:
+    def _config(self, replica: ReplicaLaunch, launch: AttemptLaunch, account: OsAccount | None) -> dict[str, Any]:
         return {
+            "run_as": account.as_config() if account is not None else None,
             "command": list(replica.command),
             "env": dict(replica.env),
             "snapshot": str(replica.snapshot) if replica.snapshot else None,
@@ -116,21 +120,29 @@ class LocalBackend(Backend):
             "max_log_bytes": self.max_log_bytes,
         }
 
+    def _account(self, launch: AttemptLaunch) -> OsAccount | None:
+        return self.job_users.account_for(launch.owner) if self.job_users is not None else None
+
     def dryrun(self, launch: AttemptLaunch) -> list[dict[str, Any]]:
+        account = self._account(launch)
         return [
             {
                 "replica": replica.name,
                 "argv": [sys.executable, "-m", "mlyard.launcher", str(replica.directory)],
                 "start_new_session": True,
-                "config": self._config(replica, launch),
+                "config": self._config(replica, launch, account),
             }
             for replica in launch.replicas
         ]
 
     def launch(self, launch: AttemptLaunch) -> list[ReplicaHandle]:
         handles: list[ReplicaHandle] = []
+        plans = self.dryrun(launch)
+        if self.job_users is not None:
+            account = self._account(launch)
+            JobUsers.give(account, launch.private_directories)
         try:
-            for replica, plan in zip(launch.replicas, self.dryrun(launch), strict=True):
+            for replica, plan in zip(launch.replicas, plans, strict=True):
                 handles.append(self._start(replica, plan))
         except Exception:
             self._stop_present([handle_reference(handle, launch) for handle in handles], force=True)
@@ -142,6 +154,9 @@ class LocalBackend(Backend):
             # Left by a database that was reset: its files must not speak for this replica.
             replica.directory.rename(replica.directory.with_name(f"{replica.directory.name}.stale-{time.time_ns()}"))
         replica.directory.mkdir(parents=True)
+        if plan["config"]["run_as"] is not None:
+            # The account reaches its code directory (made its own by the launcher) through these.
+            make_passable([replica.directory.parent.parent, replica.directory.parent, replica.directory])
         config_path = replica.directory / LAUNCH_CONFIG
         # The config holds the job's API token: readable by the owner only.
         descriptor = os.open(config_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)

@@ -51,7 +51,11 @@ def _submit_and_report(spec_data: dict, *, context: Path, no_code: bool, follow:
         if not no_code:
             if not context.is_dir():
                 raise UsageError(f"--context {context} is not a directory")
-            spec = spec.model_copy(update={"snapshot": upload_code(client, context, max_bytes=max_bytes)})
+            # A project named in the spec keeps the code from the upload on, within its storage
+            # limit; otherwise the submission charges whichever project the job joins.
+            project = spec.project if "project" in spec.model_fields_set else None
+            spec = spec.model_copy(update={"snapshot": upload_code(client, context, max_bytes=max_bytes,
+                                                                   project=project)})
         job = client.submit(spec)
         if output is OutputFormat.json and not follow:
             print_json(job)

@@ -8,10 +8,10 @@ import typer
 from rich.table import Table
 
 from mlyard.cli.jobs import OutputOption
-from mlyard.cli.output import OutputFormat, console, print_json
+from mlyard.cli.output import OutputFormat, ago, console, print_json
 from mlyard.cli.submission import UsageError
 from mlyard.client import Client
-from mlyard.project_models import ProjectInfo
+from mlyard.project_models import ProjectInfo, ProjectStorage
 from mlyard.spec import format_bytes, parse_memory
 
 projects_app = typer.Typer(help="Projects: who may see and do what (viewer, member, maintainer), and their limits.")
@@ -34,6 +34,9 @@ def _limits_text(project: ProjectInfo) -> str:
 def _print(project: ProjectInfo) -> None:
     console.print(f"[bold]{project.name}[/]{' — ' + project.description if project.description else ''}")
     console.print(f"Limits: {_limits_text(project)}")
+    console.print(f"Code kept: {format_bytes(project.storage_used_bytes)}"
+                  + (f" of {format_bytes(project.limits.storage_bytes)}" if project.limits.storage_bytes is not None
+                     else ""))
     members = ", ".join(f"{member.user} ({member.role})" for member in project.members) or "none"
     console.print(f"Members: {members}")
 
@@ -135,3 +138,42 @@ def remove_member(name: NameArgument, user: UserArgument) -> None:
     with Client() as client:
         client.remove_member(name, user)
     console.print(f"{user} is no longer a member of project {name}")
+
+
+def _print_storage(storage: ProjectStorage) -> None:
+    limit = f" of {format_bytes(storage.limit_bytes)}" if storage.limit_bytes is not None else " (no limit)"
+    console.print(f"Project {storage.project} keeps {format_bytes(storage.used_bytes)} of code{limit}")
+    table = Table("Snapshot", "Size", "Jobs", "Unfinished", "Last used")
+    for snapshot in storage.snapshots:
+        table.add_row(snapshot.digest[:12], format_bytes(snapshot.size), str(snapshot.jobs),
+                      str(snapshot.unfinished_jobs), ago(snapshot.last_used_at))
+    console.print(table)
+
+
+@projects_app.command("storage")
+def storage(name: NameArgument, output: OutputOption = OutputFormat.table) -> None:
+    """The code snapshots a project keeps, against its storage limit."""
+    with Client() as client:
+        found = client.project_storage(name)
+    if output is OutputFormat.json:
+        print_json(found)
+    else:
+        _print_storage(found)
+
+
+@projects_app.command("release-code")
+def release_code(
+    name: NameArgument,
+    digest: Annotated[str, typer.Argument(help="the snapshot's digest, or a prefix of it that names one",
+                                          metavar="SNAPSHOT")],
+) -> None:
+    """Stop a project keeping a snapshot none of its unfinished jobs use (maintainers); the code is
+    deleted when no project keeps it, and resubmitting an old job then uploads it again."""
+    with Client() as client:
+        kept = [snapshot.digest for snapshot in client.project_storage(name).snapshots]
+        matches = [candidate for candidate in kept if candidate.startswith(digest.lower())] if digest else []
+        if len(matches) != 1:
+            raise UsageError(f"{digest!r} names {'no' if not matches else 'more than one'} snapshot of project "
+                             f"{name} (`mlyard projects storage {name}` lists them)")
+        released = client.release_snapshot(name, matches[0])
+    console.print(f"released {matches[0][:12]}; project {name} keeps {format_bytes(released.used_bytes)} of code")

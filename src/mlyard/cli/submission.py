@@ -8,7 +8,13 @@ from typing import Any
 
 import yaml
 from pydantic import ValidationError
-from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
+from rich.progress import (
+    BarColumn,
+    DownloadColumn,
+    Progress,
+    TextColumn,
+    TransferSpeedColumn,
+)
 
 from mlyard.api_models import field_errors, summarize
 from mlyard.cli.output import errors
@@ -76,7 +82,7 @@ def validate_spec(data: dict[str, Any]) -> JobSpec:
         raise UsageError(f"invalid job spec: {summarize(field_errors(error.errors()))}") from None
 
 
-def upload_code(client: Client, directory: Path, *, max_bytes: int) -> str:
+def upload_code(client: Client, directory: Path, *, max_bytes: int, project: str | None = None) -> str:
     """Packs `directory` (honouring .gitignore and .mlyardignore), uploads it unless the server
     already has it, and returns its digest. Shows progress bars on a terminal."""
     with tempfile.TemporaryDirectory(prefix="mlyard-snapshot-") as scratch:
@@ -92,7 +98,7 @@ def upload_code(client: Client, directory: Path, *, max_bytes: int) -> str:
                 progress.update(packing, description="code already on the server")
                 return packed.digest
             uploading = progress.add_task("uploading code", total=packed.size)
-            client.upload_snapshot(packed.path, packed.digest,
+            client.upload_snapshot(packed.path, packed.digest, project=project,
                                    progress=lambda sent: progress.advance(uploading, sent))
         return packed.digest
 

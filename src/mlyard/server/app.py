@@ -18,7 +18,7 @@ from mlyard import __version__, web
 from mlyard.api_models import ErrorBody, FieldError, Health, field_errors, summarize
 from mlyard.backends.base import Backend
 from mlyard.errors import MlyardError, TooManyRequests
-from mlyard.server import auth, body_limit, failures, telemetry
+from mlyard.server import auth, body_limit, failures, job_accounts, telemetry
 from mlyard.server.audit import AuditRecorder
 from mlyard.server.controller import Controller
 from mlyard.server.db import Database
@@ -85,12 +85,17 @@ def create_app(settings: ServerSettings, *, backend: Backend | None = None) -> F
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         from mlyard.backends.local import LocalBackend
 
-        settings.paths.home.mkdir(parents=True, exist_ok=True)
+        job_users, job_users_note = None, None
+        if backend is None:
+            job_users, job_users_note = job_accounts.prepare(settings)
+        else:
+            settings.paths.home.mkdir(parents=True, exist_ok=True)
         database = Database.open(settings.effective_database_url)
         auth.ensure_admin(database, settings.paths.admin_token)
         blobs = BlobStore(settings.paths.blobs)
         chosen = backend or LocalBackend(cpus=settings.node_cpus, memory_bytes=settings.node_memory,
-                                         max_log_bytes=settings.max_log_bytes)
+                                         max_log_bytes=settings.max_log_bytes, job_users=job_users,
+                                         notes=(job_users_note,) if job_users_note else ())
         # A controller stops for good, so each time this server becomes the leader gets a new one.
         leadership = Leadership(lease_for(database.url), lambda: Controller(
             database=database, backend=chosen, settings=settings, blobs=blobs,

@@ -386,7 +386,9 @@ class Controller:
                 rows.append(row)
                 slots.append(ReplicaSlot(
                     role=placement.role, index=placement.index, rank=rank, node=placement.node,
-                    address=addresses[placement.node], port=replica_ports[rank],
+                    address=self.backend.replica_address(job.id, attempt.number, name, placement.node,
+                                                         addresses[placement.node]),
+                    port=replica_ports[rank],
                     cpu_count=len(placement.cpu_ids), gpu_ids=tuple(placement.gpu_ids),
                 ))
             session.flush()
@@ -404,6 +406,8 @@ class Controller:
             launch = AttemptLaunch(
                 job_id=job.id,
                 attempt=attempt.number,
+                owner=job.owner.name if job.owner is not None else None,
+                private_directories=(checkpoint_directory, tensorboard_directory),
                 replicas=tuple(
                     ReplicaLaunch(
                         replica_id=row.id, name=row.name, rank=row.rank, node=row.node, cpu_ids=tuple(row.cpu_ids),

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import psutil
 
+from mlyard.backends import job_users
 from mlyard.config import Paths
 from mlyard.errors import MlyardError
 from mlyard.server.settings import ServerSettings
@@ -100,6 +101,8 @@ def start_background(settings: ServerSettings) -> ServerState:
     if current.running:
         return current
     _check_port_free(settings)
+    # A setting the server would refuse at start is reported here, not only in its log.
+    job_users.resolve(settings.job_users, paths.home, prefix=settings.job_user_prefix, python=sys.executable)
     _prepare_home(paths)
     with open(paths.server_log, "ab") as log_file:
         process = subprocess.Popen(

@@ -298,6 +298,19 @@ class MetricRow(Base):
     at: Mapped[float] = mapped_column(Float)
 
 
+class ProjectSnapshotRow(Base):
+    """A code snapshot a project keeps: counted once per project against its storage limit,
+    whichever of its jobs use it."""
+
+    __tablename__ = "project_snapshots"
+
+    project: Mapped[str] = mapped_column(ForeignKey("projects.name", ondelete="CASCADE"), primary_key=True)
+    digest: Mapped[str] = mapped_column(ForeignKey("snapshots.digest", ondelete="CASCADE"), primary_key=True)
+    size: Mapped[int] = mapped_column(BigInteger)
+    first_used_at: Mapped[float] = mapped_column(Float)
+    last_used_at: Mapped[float] = mapped_column(Float)
+
+
 class SnapshotRow(Base):
     """A code snapshot in the blob store, by sha256."""
 

@@ -6,6 +6,8 @@ import os
 import re
 from dataclasses import dataclass, field
 
+from mlyard.backends.job_users import DEFAULT_PREFIX as DEFAULT_JOB_USER_PREFIX
+from mlyard.backends.job_users import MODES as JOB_USER_MODES
 from mlyard.config import DEFAULT_HOST, DEFAULT_PORT, Paths, home_directory
 from mlyard.errors import MlyardError
 from mlyard.launcher import DEFAULT_MAX_LOG_BYTES
@@ -101,9 +103,19 @@ class ServerSettings:
     (MLYARD_INTERACTIVE_IDLE_TIMEOUT); 0: never."""
     audit_retention_seconds: float = DEFAULT_AUDIT_RETENTION
     """Audit events older than this are deleted (MLYARD_AUDIT_RETENTION); 0: kept forever."""
+    job_users: str = "auto"
+    """Whose OS account replicas run under (MLYARD_JOB_USERS): `per-user`, `off` or `auto`
+    (`backends/job_users.py`)."""
+    job_user_prefix: str = DEFAULT_JOB_USER_PREFIX
+    """The OS accounts of mlyard users are named this plus the user name (MLYARD_JOB_USER_PREFIX)."""
     extra: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        if self.job_users not in JOB_USER_MODES:
+            raise MlyardError(f"MLYARD_JOB_USERS={self.job_users!r}: choose one of {', '.join(JOB_USER_MODES)}")
+        if not re.fullmatch(r"[a-z_][a-z0-9_-]{0,15}", self.job_user_prefix):
+            raise MlyardError(f"MLYARD_JOB_USER_PREFIX={self.job_user_prefix!r}: up to 16 lowercase letters, "
+                              "digits, '_' and '-', not starting with a digit or '-'")
         if self.scheduler_policy not in LIVE_POLICIES:
             raise MlyardError(f"MLYARD_SCHEDULER_POLICY={self.scheduler_policy!r} is not a policy the server "
                               f"can run; choose one of {', '.join(LIVE_POLICIES)}")
@@ -163,4 +175,6 @@ class ServerSettings:
                 else DEFAULT_INTERACTIVE_IDLE_TIMEOUT),
             audit_retention_seconds=(_duration_or_zero("MLYARD_AUDIT_RETENTION", audit_retention) if audit_retention
                                      else DEFAULT_AUDIT_RETENTION),
+            job_users=environment.get("MLYARD_JOB_USERS", "").strip() or "auto",
+            job_user_prefix=environment.get("MLYARD_JOB_USER_PREFIX", "").strip() or DEFAULT_JOB_USER_PREFIX,
         )

@@ -101,6 +101,10 @@ class BlobStore:
             raise
         return digest, size
 
+    def remove(self, digest: str) -> None:
+        """Deletes the blob; removing one that is not there is fine."""
+        self.path_for(digest).unlink(missing_ok=True)
+
     @staticmethod
     def _write(
         descriptor: int, chunks: Iterable[bytes], max_bytes: int | None

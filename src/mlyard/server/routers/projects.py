@@ -2,17 +2,24 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Path, status
+from fastapi import APIRouter, Path, Request, status
 
 from mlyard.account_models import USER_NAME_PATTERN
 from mlyard.api_models import ErrorBody
-from mlyard.project_models import Membership, NewProject, ProjectChange, ProjectInfo
+from mlyard.project_models import (
+    Membership,
+    NewProject,
+    ProjectChange,
+    ProjectInfo,
+    ProjectStorage,
+)
 from mlyard.server.routers.dependencies import DatabaseDependency, PrincipalDependency
-from mlyard.server.services import projects
+from mlyard.server.services import project_storage, projects
 from mlyard.spec import NAME_PATTERN
 
 router = APIRouter(prefix="/projects", tags=["projects"])
 ProjectName = Annotated[str, Path(pattern=NAME_PATTERN, description="the project's name")]
+Digest = Annotated[str, Path(pattern=r"^[0-9a-f]{64}$", description="the snapshot's sha256")]
 UserName = Annotated[str, Path(pattern=USER_NAME_PATTERN, description="the user's name")]
 ERRORS = {401: {"model": ErrorBody}, 403: {"model": ErrorBody}, 404: {"model": ErrorBody}, 422: {"model": ErrorBody}}
 
@@ -53,3 +60,18 @@ def set_member(name: ProjectName, user: UserName, membership: Membership, databa
 def remove_member(name: ProjectName, user: UserName, database: DatabaseDependency,
                   caller: PrincipalDependency) -> ProjectInfo:
     return projects.remove_member(database, caller, name, user)
+
+
+@router.get("/{name}/snapshots", response_model=ProjectStorage, responses=ERRORS)
+def project_storage_of(name: ProjectName, database: DatabaseDependency, caller: PrincipalDependency) -> ProjectStorage:
+    """The code snapshots the project keeps, against its storage limit."""
+    return project_storage.get_storage(database, caller, name)
+
+
+@router.delete("/{name}/snapshots/{digest}", response_model=ProjectStorage,
+               responses={**ERRORS, 409: {"model": ErrorBody}})
+def release_snapshot(name: ProjectName, digest: Digest, request: Request, database: DatabaseDependency,
+                     caller: PrincipalDependency) -> ProjectStorage:
+    """Stops the project keeping a snapshot no unfinished job of it uses (maintainers); the
+    code is deleted when no project keeps it."""
+    return project_storage.release(database, request.app.state.blobs, caller, name, digest)

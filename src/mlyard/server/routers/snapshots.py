@@ -4,32 +4,39 @@ import os
 import tempfile
 from typing import Annotated
 
-from fastapi import APIRouter, Path, Request, status
+from fastapi import APIRouter, Path, Query, Request, status
 from starlette.concurrency import run_in_threadpool
 
 from mlyard.api_models import ErrorBody, SnapshotInfo
 from mlyard.errors import PayloadTooLarge
 from mlyard.server.routers.dependencies import DatabaseDependency, PrincipalDependency
 from mlyard.server.services import snapshots
+from mlyard.spec import NAME_PATTERN
 from mlyard.storage import format_megabytes
 
 router = APIRouter(prefix="/snapshots", tags=["snapshots"])
 Digest = Annotated[str, Path(pattern=r"^[0-9a-f]{64}$")]
+ProjectQuery = Annotated[str | None, Query(pattern=NAME_PATTERN, description="the project that keeps this code")]
 
 
 @router.put(
     "/{digest}",
     status_code=status.HTTP_201_CREATED,
     response_model=SnapshotInfo,
-    responses={401: {"model": ErrorBody}, 413: {"model": ErrorBody}, 422: {"model": ErrorBody}},
+    responses={401: {"model": ErrorBody}, 403: {"model": ErrorBody}, 413: {"model": ErrorBody},
+               422: {"model": ErrorBody}},
 )
-async def upload_snapshot(digest: Digest, request: Request, caller: PrincipalDependency) -> SnapshotInfo:
+async def upload_snapshot(digest: Digest, request: Request, caller: PrincipalDependency,
+                          project: ProjectQuery = None) -> SnapshotInfo:
     """Stores a gzip tarball of a code directory under its sha256. The archive is checked
-    before it enters the store (no absolute paths, `..`, links out, devices)."""
+    before it enters the store (no absolute paths, `..`, links out, devices). With `project`,
+    the project keeps the code, within its storage limit (403 `quota_exceeded` past it)."""
     limit = request.app.state.settings.max_snapshot_bytes
     too_large = f"the snapshot is over the server's {format_megabytes(limit)} limit (MLYARD_MAX_SNAPSHOT)"
-    if int(request.headers.get("content-length") or 0) > limit:
+    declared = int(request.headers.get("content-length") or 0)
+    if declared > limit:
         raise PayloadTooLarge(too_large)
+    await run_in_threadpool(snapshots.admit_upload, request.app.state.database, caller, project, digest, declared)
     # The body is spooled first so the blocking store and the database work off the event loop.
     with tempfile.TemporaryFile() as spool:
         received = 0
@@ -42,7 +49,7 @@ async def upload_snapshot(digest: Digest, request: Request, caller: PrincipalDep
         chunks = iter(lambda: spool.read(1024 * 1024), b"")
         return await run_in_threadpool(
             snapshots.store_snapshot, request.app.state.database, request.app.state.blobs, caller, chunks,
-            expected_digest=digest, max_bytes=limit,
+            expected_digest=digest, max_bytes=limit, project=project,
         )
 
 

@@ -44,7 +44,7 @@ from mlyard.server.rows import (
     SnapshotRow,
     UserRow,
 )
-from mlyard.server.services import projects
+from mlyard.server.services import project_storage, projects
 from mlyard.spec import JobSpec, JobStatus, can_transition
 
 LOG_TAIL_LINES = 20
@@ -147,8 +147,12 @@ def _insert(database: Database, principal: auth.Principal, spec: JobSpec,
             spec = spec.model_copy(update={"project": queue.project})
         projects.ensure_project(session, principal, spec.project)
         auth.require_role(principal, spec.project, auth.Role.MEMBER, f"submit jobs to project {spec.project!r}")
-        if spec.snapshot is not None and session.get(SnapshotRow, spec.snapshot) is None:
-            raise NotFound(f"snapshot {spec.snapshot[:12]} is not on the server; upload it first", field="snapshot")
+        if spec.snapshot is not None:
+            snapshot = session.get(SnapshotRow, spec.snapshot)
+            if snapshot is None:
+                raise NotFound(f"snapshot {spec.snapshot[:12]} is not on the server; upload it first",
+                               field="snapshot")
+            project_storage.charge(session, spec.project, spec.snapshot, snapshot.size)
         # The default project's queues are shared; any other queue takes its own project's jobs.
         if queue is not None and queue.project not in (projects.DEFAULT_PROJECT, spec.project):
             raise InvalidRequest(f"queue {spec.queue!r} belongs to project {queue.project!r}; a job of project "

@@ -26,6 +26,7 @@ from mlyard.server import auth
 from mlyard.server.auth import Role
 from mlyard.server.db import Database, insert_if_absent
 from mlyard.server.rows import ProjectMemberRow, ProjectRow, UserRow
+from mlyard.server.services import project_storage
 
 DEFAULT_PROJECT = "default"
 _LIMITS = {"gpu": "quota_gpu", "cpu": "quota_cpu", "memory": "quota_memory", "running_jobs": "max_running_jobs",
@@ -42,6 +43,7 @@ def _info(session: Session, principal: auth.Principal, row: ProjectRow) -> Proje
         .where(ProjectMemberRow.project == row.name).order_by(UserRow.name))
     own = principal.roles.get(row.name)
     return ProjectInfo(name=row.name, description=row.description, limits=limits_of(row),
+                       storage_used_bytes=project_storage.used_bytes(session, row.name),
                        your_role=own.label if own else None, created_at=row.created_at,
                        members=[ProjectMember(user=user, role=role) for user, role in members])
 

@@ -1,0 +1,173 @@
+"""Separate OS accounts for the jobs of different mlyard users on one machine.
+
+When the server runs as root, each mlyard user's replicas run under an OS account of their
+own (`mlyard-alice`), created on first use with `useradd`. The job's code, checkpoint and
+TensorBoard directories belong to that account with mode 0700, so another user's job cannot
+read them, and the server's own files (database, admin token, snapshots, launch configs with
+job tokens, logs) stay root's with mode 0600/0700. The directories above them are 0711: an
+account can pass through to its own directories without listing anyone else's.
+
+`MLYARD_JOB_USERS` chooses: `per-user` (required; the server refuses to start if it cannot
+keep the promise), `off` (every job runs as the server's user; the server's files stay
+private to that user, umask 077), or `auto` (the default: `per-user` when it can work here).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import pwd
+import re
+import shutil
+import stat
+import subprocess
+import threading
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from mlyard.errors import MlyardError
+
+MODES = ("auto", "per-user", "off")
+DEFAULT_PREFIX = "mlyard-"
+_OS_NAME = re.compile(r"[a-z_][a-z0-9_-]*")
+_MAX_OS_NAME = 32  # useradd's limit on most systems
+_COMMENT = "mlyard user {name}"
+# Shown where a job has no owner on record (jobs from before accounts existed).
+UNOWNED = "admin"
+
+
+class JobUsersError(MlyardError):
+    http_status = 500
+    code = "job_users"
+
+
+@dataclass(frozen=True)
+class OsAccount:
+    name: str
+    uid: int
+    gid: int
+    home: Path
+
+    def as_config(self) -> dict[str, object]:
+        return {"name": self.name, "uid": self.uid, "gid": self.gid, "home": str(self.home)}
+
+
+def os_account_name(user_name: str, prefix: str = DEFAULT_PREFIX) -> str:
+    """`prefix + user_name` when that is a valid, short enough OS user name; otherwise a
+    name derived from a hash of the user name (mlyard allows '.' and 64 characters)."""
+    candidate = prefix + user_name
+    if len(candidate) <= _MAX_OS_NAME and _OS_NAME.fullmatch(candidate):
+        return candidate
+    digest = hashlib.sha256(user_name.encode()).hexdigest()[:12]
+    return f"{prefix}h{digest}"[:_MAX_OS_NAME]
+
+
+class JobUsers:
+    """Maps mlyard users to OS accounts, creating them on first use. Thread-safe."""
+
+    def __init__(self, homes: Path, prefix: str = DEFAULT_PREFIX):
+        self.homes = homes
+        self.prefix = prefix
+        self._accounts: dict[str, OsAccount] = {}
+        self._lock = threading.Lock()
+
+    def account_for(self, user_name: str | None) -> OsAccount:
+        user_name = user_name or UNOWNED
+        with self._lock:
+            account = self._accounts.get(user_name)
+            if account is None:
+                account = self._ensure(user_name)
+                self._accounts[user_name] = account
+            return account
+
+    def _ensure(self, user_name: str) -> OsAccount:
+        name = os_account_name(user_name, self.prefix)
+        comment = _COMMENT.format(name=user_name)
+        home = self.homes / name
+        try:
+            entry = pwd.getpwnam(name)
+        except KeyError:
+            entry = None
+        if entry is None:
+            completed = subprocess.run(
+                ["useradd", "--system", "--user-group", "--no-create-home", "--home-dir", str(home),
+                 "--shell", "/usr/sbin/nologin", "--comment", comment, name],
+                capture_output=True, text=True, check=False)
+            if completed.returncode != 0 and completed.returncode != 9:  # 9: created meanwhile
+                raise JobUsersError(f"could not create the OS account {name!r} for user {user_name!r}: "
+                                    f"{completed.stderr.strip() or completed.returncode}")
+            entry = pwd.getpwnam(name)
+        elif entry.pw_gecos != comment:
+            # Never run jobs as an account someone else made: it may be a person's own.
+            raise JobUsersError(f"the OS account {name!r} exists but was not created for mlyard user "
+                                f"{user_name!r} (its comment is {entry.pw_gecos!r}); remove it or set "
+                                "MLYARD_JOB_USER_PREFIX")
+        account = OsAccount(name=name, uid=entry.pw_uid, gid=entry.pw_gid, home=home)
+        home.mkdir(parents=True, exist_ok=True)
+        self.give(account, [home])
+        return account
+
+    @staticmethod
+    def give(account: OsAccount, directories: Iterable[Path]) -> None:
+        """Makes each directory the account's own, mode 0700 (idempotent; its content is left as is)."""
+        for directory in directories:
+            os.chown(directory, account.uid, account.gid)
+            os.chmod(directory, 0o700)
+
+
+def make_passable(directories: Iterable[Path]) -> None:
+    """Mode 0711: other accounts may pass through, not list or read."""
+    for directory in directories:
+        directory.mkdir(parents=True, exist_ok=True)
+        os.chmod(directory, 0o711)
+
+
+def _unreachable_ancestor(path: Path) -> Path | None:
+    """The first directory above `path` that other accounts cannot pass through."""
+    for ancestor in reversed(path.resolve().parents):
+        try:
+            mode = ancestor.stat().st_mode
+        except OSError:
+            return ancestor
+        if not mode & stat.S_IXOTH:
+            return ancestor
+    return None
+
+
+def _runnable_by_others(executable: str) -> bool:
+    real = Path(os.path.realpath(executable))
+    try:
+        mode = real.stat().st_mode
+    except OSError:
+        return False
+    return bool(mode & stat.S_IXOTH) and _unreachable_ancestor(real) is None
+
+
+def resolve(mode: str, home: Path, *, prefix: str = DEFAULT_PREFIX,
+            python: str | None = None) -> tuple[JobUsers | None, str | None]:
+    """The job accounts to use under `mode`, and a note on what jobs run as when that is not
+    separate accounts. `per-user` raises what stops it; `auto` falls back with the reason."""
+    if mode == "off":
+        return None, None
+    problems = []
+    if os.geteuid() != 0:
+        problems.append("the server does not run as root")
+    if shutil.which("useradd") is None:
+        problems.append("useradd is not installed")
+    blocked = _unreachable_ancestor(home)  # MLYARD_HOME itself is made passable at start
+    if blocked is not None:
+        problems.append(f"{blocked} is closed to other accounts (mode {stat.S_IMODE(blocked.stat().st_mode):o}), "
+                        f"so they cannot reach MLYARD_HOME {home}")
+    if mode == "per-user":
+        if problems:
+            raise MlyardError(f"MLYARD_JOB_USERS=per-user cannot work: {'; '.join(problems)}")
+        return JobUsers(home / "homes", prefix), None
+    if python is not None and not _runnable_by_others(python):
+        problems.append(f"the server's Python {python} cannot be run by other accounts")
+    if problems:
+        if os.geteuid() != 0:
+            return None, None  # one unprivileged account: there is nothing to separate jobs into
+        return None, (f"jobs of every user run as root: {'; '.join(problems)} "
+                      "(MLYARD_JOB_USERS=per-user makes this an error)")
+    return JobUsers(home / "homes", prefix), None
