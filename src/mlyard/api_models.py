@@ -57,6 +57,8 @@ class ReplicaInfo(BaseModel):
     memory_bytes: int
     started_at: float | None
     finished_at: float | None
+    reason: str | None = Field(default=None, description="what the backend said about the state: out of memory, "
+                               "unschedulable, image not found")
 
 
 class AttemptInfo(BaseModel):

@@ -165,6 +165,30 @@ def test_a_failing_replica_stops_the_others_and_fails_the_job(world) -> None:
         assert tokens and all(token.revoked_at is not None for token in tokens)
 
 
+def test_what_the_backend_says_about_a_replica_reaches_events_the_failure_and_the_api(world) -> None:
+    database, backend, controller = world
+    job_id = submit(database, replicas=1)
+    controller.reconcile_once()
+    (launch,) = backend.launches
+    replica_id = launch.replicas[0].replica_id
+    backend.states[replica_id] = ReplicaObservation(state="pending", reason="unschedulable: 0/3 nodes have a GPU")
+    controller.reconcile_once()
+    controller.reconcile_once()  # said once, not on every pass
+    backend.states[replica_id] = ReplicaObservation(state="exited", exit_code=137,
+                                                    reason="out of memory: over its 1.0 GiB limit")
+    controller.reconcile_once()
+    with database.transaction() as session:
+        messages = [event.message for event in session.scalars(
+            select(JobEventRow).where(JobEventRow.job_id == job_id).order_by(JobEventRow.id))]
+        job = session.get(JobRow, job_id)
+        assert job.status == "FAILED"
+        assert job.message == ("replica worker-0 (rank 0) exited with code 137 "
+                               "(out of memory: over its 1.0 GiB limit)")
+    assert messages.count("replica worker-0: unschedulable: 0/3 nodes have a GPU") == 1
+    (replica,) = jobs.get_job(database, ADMIN, job_id).attempts[-1].replicas
+    assert replica.reason == "out of memory: over its 1.0 GiB limit"
+
+
 def test_sigterm_goes_out_once_per_stop(world) -> None:
     database, backend, controller = world
     job_id = submit(database, replicas=1)

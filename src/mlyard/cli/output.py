@@ -246,6 +246,9 @@ def print_job_detail(job: JobDetail, *, usage: str | None = None) -> None:
                 format_bytes(replica.memory_bytes),
             )
         console.print(table)
+        for replica in attempt.replicas:
+            if replica.reason:
+                console.print(f"  [dim]{replica.name}:[/] {escape(replica.reason)}", highlight=False)
     console.print("[bold]events[/]")
     for event in job.events:
         moment = time.strftime("%H:%M:%S", time.localtime(event.at))

@@ -56,6 +56,7 @@ from mlyard.server.cluster import snapshot as cluster_snapshot
 from mlyard.server.db import Database
 from mlyard.server.rows import (
     AttemptRow,
+    JobEventRow,
     JobRow,
     NodeRow,
     ProjectRow,
@@ -175,7 +176,7 @@ class Controller:
             for attempt in attempts:
                 if attempt.launched_at is None:
                     continue
-                lost = self._record_replicas(attempt, observations, now)
+                lost = self._record_replicas(session, attempt, observations, now)
                 if lost:  # whatever a vanished replica left running goes too
                     stops.append(_Stop(replicas=lost, force=True))
                 job = attempt.job
@@ -203,14 +204,22 @@ class Controller:
 
     @staticmethod
     def _record_replicas(
-        attempt: AttemptRow, observations: dict[int, ReplicaObservation], now: float
+        session: Session, attempt: AttemptRow, observations: dict[int, ReplicaObservation], now: float
     ) -> list[ReplicaRef]:
-        """Updates replica rows; returns the replicas first seen lost in this pass."""
+        """Updates replica rows; returns the replicas first seen lost in this pass. What the
+        backend says about a replica still there (unschedulable, pulling its image) becomes a
+        job event when it changes; about one gone, it joins the failure's reason (`_judge`)."""
         lost = []
         for replica in attempt.replicas:
             observation = observations.get(replica.id)
             if observation is None or replica.state in GONE:
                 continue
+            if observation.reason != replica.reason:
+                replica.reason = observation.reason
+                if observation.reason and not observation.is_gone:
+                    job = attempt.job
+                    session.add(JobEventRow(job_id=job.id, at=now, from_status=job.status, to_status=job.status,
+                                            message=f"replica {replica.name}: {observation.reason}"))
             replica.state = observation.state
             replica.started_at = replica.started_at or observation.started_at
             if observation.is_gone:
@@ -232,6 +241,8 @@ class Controller:
                 reason = f"replica {failed.name} (rank {failed.rank}) disappeared without an exit status"
             else:
                 reason = f"replica {failed.name} (rank {failed.rank}) exited with code {failed.exit_code}"
+            if failed.reason:
+                reason += f" ({failed.reason})"
             job.exit_code = failed.exit_code
             policy = spec.restart_policy
             restarts = job.restart_count or 0

@@ -158,6 +158,8 @@ class ReplicaRow(Base):
     exit_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
     started_at: Mapped[float | None] = mapped_column(Float, nullable=True)
     finished_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    reason: Mapped[str | None] = mapped_column(String(500), nullable=True)
+    """What the backend said about the state (out of memory, unschedulable, image not found)."""
 
     attempt: Mapped[AttemptRow] = relationship(back_populates="replicas")
 

@@ -344,6 +344,7 @@ def attempt_info(attempt: AttemptRow) -> AttemptInfo:
                 memory_bytes=replica.memory_bytes,
                 started_at=replica.started_at,
                 finished_at=replica.finished_at,
+                reason=replica.reason,
             )
             for replica in attempt.replicas
         ],
