@@ -382,6 +382,7 @@ def test_memory_limit_kills_a_replica_that_allocates_more(limited_replica) -> No
     finished = read_json(directory / EXIT_FILE)
     assert finished["exit_code"] != 0, output_of(directory)
     assert finished["exit_code"] == 137 and finished["signal"] == signal.SIGKILL, finished
+    assert finished["reason"] == "out of memory: killed at its 64.0 MiB memory limit"
     assert "allocated" not in output_of(directory)
     assert not limited_replica.cgroup.exists(), "the replica's cgroup was left behind"
 
@@ -396,7 +397,8 @@ def test_same_allocation_succeeds_without_a_memory_cgroup(tmp_path: Path) -> Non
 def test_memory_cgroup_of_a_replica_that_stays_within_its_limit_is_removed(limited_replica) -> None:
     directory = limited_replica(["/bin/sh", "-c", "cat /proc/self/cgroup"], 256 * MEBIBYTE)
     run_launcher(directory)
-    assert read_json(directory / EXIT_FILE)["exit_code"] == 0
+    finished = read_json(directory / EXIT_FILE)
+    assert finished["exit_code"] == 0 and "reason" not in finished
     memory_lines = [line for line in output_of(directory).splitlines() if "memory" in line.split(":")[1]]
     if memory_lines:  # cgroup v1: the command ran in the replica's own memory cgroup
         assert memory_lines[0].endswith(f"/{limited_replica.cgroup.name}")

@@ -74,6 +74,21 @@ def create_memory_cgroup(parent: Path, name: str, limit_bytes: int) -> Path:
     return cgroup
 
 
+def oom_kills(cgroup: Path) -> int:
+    """How many processes of the cgroup the kernel killed for passing its memory limit
+    (`oom_kill` of memory.events on v2, of memory.oom_control on v1); 0 when unknown."""
+    for name in ("memory.events", "memory.oom_control"):
+        try:
+            lines = (cgroup / name).read_text().splitlines()
+        except OSError:
+            continue
+        for line in lines:
+            key, _, value = line.partition(" ")
+            if key == "oom_kill" and value.strip().isdigit():
+                return int(value)
+    return 0
+
+
 def add_process(cgroup: Path, pid: int) -> None:
     (cgroup / "cgroup.procs").write_text(str(pid))
 

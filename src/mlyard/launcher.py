@@ -228,6 +228,7 @@ class Launcher:
         self.terminating_signal: int | None = None
         self.cgroup: Path | None = None
         self.output: CappedLog | None = None
+        self.oom_killed = False
         self.heartbeat = Heartbeat(directory / HEARTBEAT_FILE)
 
     def log(self, message: str) -> None:
@@ -259,10 +260,11 @@ class Launcher:
         signal_number = None
         if exit_code < 0:
             signal_number, exit_code = -exit_code, 128 - exit_code
-        write_json_atomically(
-            self.directory / EXIT_FILE,
-            {"exit_code": exit_code, "signal": signal_number, "finished_at": time.time()},
-        )
+        outcome = {"exit_code": exit_code, "signal": signal_number, "finished_at": time.time()}
+        if self.oom_killed and signal_number == signal.SIGKILL:
+            outcome["reason"] = (f"out of memory: killed at its {format_bytes(self.config['memory_bytes'])} "
+                                 "memory limit")
+        write_json_atomically(self.directory / EXIT_FILE, outcome)
         self.heartbeat.stop()
         return 0
 
@@ -347,6 +349,7 @@ class Launcher:
         if self.cgroup is not None:
             from mlyard import cgroups
 
+            self.oom_killed = cgroups.oom_kills(self.cgroup) > 0
             cgroups.remove_cgroup(self.cgroup, keep_pid=os.getpid())
 
 

@@ -261,7 +261,7 @@ class LocalBackend(Backend):
                 # The launcher may still be finishing its last write: the outcome is final.
                 result[ref.replica_id] = ReplicaObservation(
                     state="exited", exit_code=exited["exit_code"], started_at=started_at,
-                    finished_at=exited.get("finished_at"),
+                    finished_at=exited.get("finished_at"), reason=exited.get("reason"),
                 )
             elif alive and not self._beats_missed(ref):
                 result[ref.replica_id] = ReplicaObservation(
