@@ -173,6 +173,12 @@ def normalize_command(value: Any) -> list[str]:
     raise ValueError("the command must be a string or a list of strings")
 
 
+# A Docker/OCI reference: optional registry host[:port]/, lowercase path components, then :tag
+# and/or @digest.
+IMAGE_PATTERN = (r"^(?:[a-zA-Z0-9.-]+(?::[0-9]+)?/)?[a-z0-9]+(?:[._-]+[a-z0-9]+)*(?:/[a-z0-9]+(?:[._-]+[a-z0-9]+)*)*"
+                 r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(?:@sha256:[0-9a-f]{64})?$")
+
+
 class JobSpec(_Strict):
     """A job as submitted. Unknown fields are errors, so a typo never silently does nothing."""
 
@@ -204,6 +210,11 @@ class JobSpec(_Strict):
     elastic: Elastic | None = None
     snapshot: Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")] | None = Field(
         default=None, description="sha256 of the uploaded code snapshot"
+    )
+    image: str | None = Field(
+        default=None, max_length=255, pattern=IMAGE_PATTERN,
+        description="container image the replicas run in (registry/name:tag or @sha256:…); unset: the "
+        "backend's default (processes on the local backend)",
     )
 
     @field_validator("command", mode="before")

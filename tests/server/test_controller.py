@@ -39,6 +39,7 @@ from mlyard.server.rows import (
     AttemptRow,
     JobEventRow,
     JobRow,
+    NodeRow,
     ProjectRow,
     QueueRow,
     UserRow,
@@ -187,6 +188,28 @@ def test_what_the_backend_says_about_a_replica_reaches_events_the_failure_and_th
     assert messages.count("replica worker-0: unschedulable: 0/3 nodes have a GPU") == 1
     (replica,) = jobs.get_job(database, ADMIN, job_id).attempts[-1].replicas
     assert replica.reason == "out of memory: over its 1.0 GiB limit"
+
+
+def test_a_lost_replica_with_a_reason_is_reported_as_lost_for_it(world) -> None:
+    database, backend, controller = world
+    job_id = submit(database, replicas=1)
+    controller.reconcile_once()
+    (launch,) = backend.launches
+    backend.states[launch.replicas[0].replica_id] = ReplicaObservation(state="lost", reason="node n1 is gone")
+    controller.reconcile_once()
+    controller.reconcile_once()
+    with database.transaction() as session:
+        assert session.get(JobRow, job_id).message == "replica worker-0 (rank 0) was lost: node n1 is gone"
+
+
+def test_nodes_of_a_backend_whose_nodes_change_are_recorded_again(world) -> None:
+    database, backend, controller = world
+    backend.node_refresh_seconds = 0.0
+    backend.cpus = 6
+    controller.reconcile_once()
+    with database.transaction() as session:
+        (node,) = session.scalars(select(NodeRow)).all()
+        assert len(node.cpu_ids) == 6
 
 
 def test_sigterm_goes_out_once_per_stop(world) -> None:

@@ -115,9 +115,15 @@ class ReplicaObservation:
 
 class Backend(abc.ABC):
     name: str
+    node_refresh_seconds: float | None = None
+    """How often the controller records `nodes()` again; None: once, at its start (a machine's
+    resources do not change; a cluster's nodes come and go)."""
     notify: Callable[[], None] | None = None
     """Set by the controller: a backend that learns of a change early (a process exited) may
     call it to have the change observed at once instead of on the next tick."""
+
+    def close(self) -> None:
+        """Ends what the backend runs in the background (a watch); replicas keep running."""
 
     @abc.abstractmethod
     def nodes(self) -> list[NodeDescription]:

@@ -86,16 +86,23 @@ def create_app(settings: ServerSettings, *, backend: Backend | None = None) -> F
         from mlyard.backends.local import LocalBackend
 
         job_users, job_users_note = None, None
-        if backend is None:
+        if backend is None and settings.backend == "local":
             job_users, job_users_note = job_accounts.prepare(settings)
         else:
             settings.paths.home.mkdir(parents=True, exist_ok=True)
         database = Database.open(settings.effective_database_url)
         auth.ensure_admin(database, settings.paths.admin_token)
         blobs = BlobStore(settings.paths.blobs)
-        chosen = backend or LocalBackend(cpus=settings.node_cpus, memory_bytes=settings.node_memory,
-                                         max_log_bytes=settings.max_log_bytes, job_users=job_users,
-                                         notes=(job_users_note,) if job_users_note else ())
+        if backend is not None:
+            chosen = backend
+        elif settings.backend == "kubernetes":
+            from mlyard.backends.kubernetes import KubernetesSettings, create_backend
+
+            chosen = create_backend(KubernetesSettings.from_environment(), max_log_bytes=settings.max_log_bytes)
+        else:
+            chosen = LocalBackend(cpus=settings.node_cpus, memory_bytes=settings.node_memory,
+                                  max_log_bytes=settings.max_log_bytes, job_users=job_users,
+                                  notes=(job_users_note,) if job_users_note else ())
         # A controller stops for good, so each time this server becomes the leader gets a new one.
         leadership = Leadership(lease_for(database.url), lambda: Controller(
             database=database, backend=chosen, settings=settings, blobs=blobs,
@@ -110,6 +117,8 @@ def create_app(settings: ServerSettings, *, backend: Backend | None = None) -> F
             yield
         finally:
             leadership.stop()
+            if chosen is not backend:
+                chosen.close()
             database.close()
 
     app = FastAPI(

@@ -101,6 +101,7 @@ class Controller:
         self.adopted: int | None = None
         """Replicas found running when this controller started; None until it has looked."""
         self._monitor: NodeMonitor | None = None
+        self._nodes_recorded_at = time.monotonic()
 
     # ----------------------------------------------------------------- lifecycle
     def start(self) -> None:
@@ -108,6 +109,7 @@ class Controller:
         and starts the loop. Replicas a previous server started are observed like any other."""
         self.backend.notify = self.wake
         record_nodes(self.database, self.backend.name, self.backend.nodes())
+        self._nodes_recorded_at = time.monotonic()
         self._settle_unlaunched_attempts()
         self._adopt()
         self._thread = threading.Thread(target=self._loop, name="mlyard-controller", daemon=True)
@@ -150,6 +152,11 @@ class Controller:
     # ----------------------------------------------------------------- one pass
     def reconcile_once(self) -> float:
         """One pass; returns how long to sleep before the next unless woken."""
+        refresh = self.backend.node_refresh_seconds
+        if refresh is not None and time.monotonic() - self._nodes_recorded_at >= refresh:
+            # Nodes of a cluster come, go and fill up with other workloads.
+            record_nodes(self.database, self.backend.name, self.backend.nodes())
+            self._nodes_recorded_at = time.monotonic()
         with self.database.transaction() as session:
             references = [replica_reference(replica) for attempt in holding_attempts(session)
                           if attempt.launched_at is not None for replica in attempt.replicas]
@@ -238,11 +245,12 @@ class Controller:
             self._request_stop(attempt, JobStatus.CANCELLED, "cancelled by request", now)
         elif failed is not None:
             if failed.state == "lost":
-                reason = f"replica {failed.name} (rank {failed.rank}) disappeared without an exit status"
+                reason = (f"replica {failed.name} (rank {failed.rank}) was lost: {failed.reason}" if failed.reason
+                          else f"replica {failed.name} (rank {failed.rank}) disappeared without an exit status")
             else:
                 reason = f"replica {failed.name} (rank {failed.rank}) exited with code {failed.exit_code}"
-            if failed.reason:
-                reason += f" ({failed.reason})"
+                if failed.reason:
+                    reason += f" ({failed.reason})"
             job.exit_code = failed.exit_code
             policy = spec.restart_policy
             restarts = job.restart_count or 0
@@ -408,7 +416,8 @@ class Controller:
             switch_status(session, job, JobStatus.SCHEDULED, message=start_text(decision, spec), now=now)
             checkpoint_directory = self.settings.paths.checkpoint_directory(job.id)
             tensorboard_directory = self.settings.paths.tensorboard_directory(job.id)
-            context = JobContext(job_id=job.id, attempt=attempt.number, api_url=self.settings.url, token=token,
+            context = JobContext(job_id=job.id, attempt=attempt.number, api_url=self.settings.replica_api_url,
+                                 token=token,
                                  restart_count=attempt.number - 1,
                                  checkpoint_directory=str(checkpoint_directory), master_port=master_port,
                                  tensorboard_directory=str(tensorboard_directory))
@@ -426,6 +435,7 @@ class Controller:
                         command=tuple(spec.command_for(roles[row.role])), env=environment,
                         directory=self.settings.paths.replica_directory(job.id, attempt.number, row.name),
                         snapshot=self.blobs.path_for(job.snapshot) if job.snapshot else None,
+                        image=spec.image,
                     )
                     for row, environment in zip(rows, environments, strict=True)
                 ),

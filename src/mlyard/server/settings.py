@@ -24,6 +24,7 @@ DEFAULT_IDLE_AFTER = 30 * 60.0
 DEFAULT_INTERACTIVE_IDLE_TIMEOUT = 3600.0
 DEFAULT_AUDIT_RETENTION = 365 * 24 * 3600.0
 DEFAULT_MAX_REQUEST_BYTES = 1024 * 1024
+BACKENDS = ("local", "kubernetes")
 _ZERO_DURATION = re.compile(r"^\s*0+(\.0*)?\s*[smhd]?\s*$")
 
 
@@ -108,9 +109,17 @@ class ServerSettings:
     (`backends/job_users.py`)."""
     job_user_prefix: str = DEFAULT_JOB_USER_PREFIX
     """The OS accounts of mlyard users are named this plus the user name (MLYARD_JOB_USER_PREFIX)."""
+    backend: str = "local"
+    """What runs replicas (MLYARD_BACKEND): `local` processes on this machine, or `kubernetes`
+    pods (configured by MLYARD_K8S_*, `backends/kubernetes/settings.py`)."""
+    job_api_url: str | None = None
+    """How replicas reach the API (MLYARD_JOB_API_URL), when not at `url`: pods reach the
+    server through its Service, not through the address it listens on."""
     extra: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        if self.backend not in BACKENDS:
+            raise MlyardError(f"MLYARD_BACKEND={self.backend!r}: choose one of {', '.join(BACKENDS)}")
         if self.job_users not in JOB_USER_MODES:
             raise MlyardError(f"MLYARD_JOB_USERS={self.job_users!r}: choose one of {', '.join(JOB_USER_MODES)}")
         if not re.fullmatch(r"[a-z_][a-z0-9_-]{0,15}", self.job_user_prefix):
@@ -126,6 +135,11 @@ class ServerSettings:
     @property
     def url(self) -> str:
         return f"http://{self.host}:{self.port}"
+
+    @property
+    def replica_api_url(self) -> str:
+        """The API's URL as replicas are given it (MLYARD_API)."""
+        return (self.job_api_url or self.url).rstrip("/")
 
     @property
     def effective_database_url(self) -> str:
@@ -177,4 +191,6 @@ class ServerSettings:
                                      else DEFAULT_AUDIT_RETENTION),
             job_users=environment.get("MLYARD_JOB_USERS", "").strip() or "auto",
             job_user_prefix=environment.get("MLYARD_JOB_USER_PREFIX", "").strip() or DEFAULT_JOB_USER_PREFIX,
+            backend=environment.get("MLYARD_BACKEND", "").strip() or "local",
+            job_api_url=environment.get("MLYARD_JOB_API_URL", "").strip() or None,
         )

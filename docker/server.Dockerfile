@@ -1,0 +1,29 @@
+# The mlyard server image: `mlyard server run` with the Kubernetes client.
+#
+#   docker build -f docker/server.Dockerfile -t mlyard/server:0.1.0 .
+#
+# It runs as uid/gid 1000, the user job pods run as (MLYARD_K8S_RUN_AS_USER), so both can
+# read and write the shared volume mounted at MLYARD_HOME.
+FROM python:3.11-slim-bookworm AS build
+WORKDIR /src
+COPY pyproject.toml README.md ./
+COPY src ./src
+RUN pip wheel --no-cache-dir --no-deps --wheel-dir /wheels .
+
+FROM python:3.11-slim-bookworm
+RUN groupadd --gid 1000 mlyard \
+    && useradd --uid 1000 --gid 1000 --home-dir /home/mlyard --create-home --shell /usr/sbin/nologin mlyard \
+    && mkdir -p /var/lib/mlyard && chown 1000:1000 /var/lib/mlyard
+COPY --from=build /wheels /wheels
+RUN pip install --no-cache-dir "$(ls /wheels/mlyard-*.whl)[kubernetes]" && rm -rf /wheels
+ENV MLYARD_HOME=/var/lib/mlyard \
+    MLYARD_HOST=0.0.0.0 \
+    MLYARD_PORT=8642 \
+    MLYARD_BACKEND=kubernetes \
+    PYTHONUNBUFFERED=1 \
+    PYTHONDONTWRITEBYTECODE=1
+USER 1000:1000
+WORKDIR /home/mlyard
+EXPOSE 8642
+ENTRYPOINT ["mlyard"]
+CMD ["server", "run"]

@@ -1,0 +1,140 @@
+"""What a job pod runs: `python -m mlyard.backends.kubernetes.entrypoint DIRECTORY
+[--snapshot ARCHIVE] -- COMMAND...`.
+
+It writes the launcher's configuration into the replica's directory on the shared volume and
+runs mlyard's launcher there (snapshot extraction, output.log, exit.json, signal forwarding),
+copying the command's output to its own stdout as well, so `kubectl logs` shows it. Before the
+command starts it waits (a while) until the attempt's peers resolve in DNS: a pod's name is
+published only once the pod exists, and the first connection of a rendezvous does not retry a
+name that does not resolve. It exits with the command's exit code, which the pod's status shows.
+
+Imports little: it runs in the training image.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+from pathlib import Path
+
+from mlyard.launcher import EXIT_FILE, LAUNCH_CONFIG, OUTPUT_LOG, Launcher, read_json
+
+PEER_WAIT_SECONDS = 300.0
+_FOLLOW_INTERVAL = 0.5
+
+
+def parse_arguments(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m mlyard.backends.kubernetes.entrypoint",
+                                     usage="%(prog)s DIRECTORY [--snapshot ARCHIVE] [--max-log-bytes N] -- COMMAND...")
+    parser.add_argument("directory", type=Path)
+    parser.add_argument("--snapshot", type=Path)
+    parser.add_argument("--max-log-bytes", type=int)
+    parser.add_argument("--peer-wait", type=float, default=PEER_WAIT_SECONDS)
+    if "--" not in argv or argv.index("--") == len(argv) - 1:
+        parser.error("no command after --")
+    split = argv.index("--")
+    arguments = parser.parse_args(argv[:split])
+    arguments.command = argv[split + 1:]
+    return arguments
+
+
+def peers(environment: dict[str, str]) -> list[str]:
+    """The host names this replica will connect to: MASTER_ADDR and TF_CONFIG's hosts."""
+    hosts = []
+    if int(environment.get("WORLD_SIZE") or "1") > 1 and environment.get("MASTER_ADDR"):
+        hosts.append(environment["MASTER_ADDR"])
+    try:
+        cluster = json.loads(environment.get("TF_CONFIG") or "{}").get("cluster", {})
+    except ValueError:
+        cluster = {}
+    for addresses in cluster.values():
+        hosts.extend(address.rpartition(":")[0] for address in addresses)
+    return sorted(set(hosts))
+
+
+def wait_for_peers(hosts: list[str], timeout: float, *, sleep: float = 1.0) -> list[str]:
+    """Waits until every host resolves, at most `timeout` seconds; returns those that never did."""
+    deadline = time.monotonic() + timeout
+    missing = list(hosts)
+    while True:
+        still = []
+        for host in missing:
+            try:
+                socket.getaddrinfo(host, None)
+            except OSError:
+                still.append(host)
+        missing = still
+        if not missing or time.monotonic() >= deadline:
+            return missing
+        time.sleep(sleep)
+
+
+def follow(path: Path, stop: threading.Event, out=None) -> None:
+    """Copies what is appended to `path` to stdout until `stop` is set and the end is reached."""
+    out = out or sys.stdout.buffer
+    position = 0
+    while True:
+        stopping = stop.is_set()
+        try:
+            with open(path, "rb") as handle:
+                handle.seek(position)
+                while chunk := handle.read(64 * 1024):
+                    out.write(chunk)
+                    position += len(chunk)
+            out.flush()
+        except OSError:
+            pass
+        if stopping:
+            return
+        stop.wait(_FOLLOW_INTERVAL)
+
+
+def prepare(directory: Path, command: list[str], snapshot: Path | None, max_log_bytes: int | None) -> None:
+    if (directory / EXIT_FILE).exists():
+        # Left by a database that was reset: its files must not speak for this replica.
+        directory.rename(directory.with_name(f"{directory.name}.stale-{time.time_ns()}"))
+    directory.mkdir(parents=True, exist_ok=True)
+    config = {
+        "command": command,
+        "env": {},  # the pod's environment is the replica's
+        "snapshot": str(snapshot) if snapshot else None,
+        "cpu_ids": [],  # the kubelet's CPU manager places the container
+        "memory_bytes": None,
+        "memory_cgroup_parent": None,
+        "max_log_bytes": max_log_bytes,
+    }
+    descriptor = os.open(directory / LAUNCH_CONFIG, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(descriptor, "w") as handle:
+        json.dump(config, handle)
+
+
+def main(argv: list[str] | None = None) -> int:
+    arguments = parse_arguments(sys.argv[1:] if argv is None else argv)
+    directory: Path = arguments.directory
+    # PID 1 ignores SIGTERM unless it handles it: a pod stopped before the launcher runs ends at once.
+    signal.signal(signal.SIGTERM, lambda number, _frame: sys.exit(128 + number))
+    prepare(directory, arguments.command, arguments.snapshot, arguments.max_log_bytes)
+    missing = wait_for_peers(peers(dict(os.environ)), arguments.peer_wait)
+    if missing:
+        print(f"mlyard: peers not found in DNS after {arguments.peer_wait:g}s: {', '.join(missing)}; "
+              "starting anyway", file=sys.stderr, flush=True)
+    stop = threading.Event()
+    follower = threading.Thread(target=follow, args=(directory / OUTPUT_LOG, stop), daemon=True)
+    follower.start()
+    try:
+        Launcher(directory).run()
+    finally:
+        stop.set()
+        follower.join(timeout=10)
+    outcome = read_json(directory / EXIT_FILE) or {}
+    return int(outcome.get("exit_code", 1))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
