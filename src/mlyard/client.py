@@ -35,6 +35,7 @@ from mlyard.api_models import (
     UsageReport,
 )
 from mlyard.audit_models import AuditPage
+from mlyard.environment_models import EnvironmentInfo, EnvironmentRequest
 from mlyard.project_models import ProjectInfo, ProjectStorage
 from mlyard.spec import JobSpec, JobStatus
 
@@ -264,6 +265,19 @@ class Client:
     def set_member(self, project: str, user: str, role: str) -> ProjectInfo:
         response = self._request("PUT", f"/projects/{project}/members/{user}", json={"role": role}, retry=True)
         return ProjectInfo.model_validate(response.json())
+
+    def build_environment(self, request: EnvironmentRequest) -> EnvironmentInfo:
+        response = self._request("POST", "/environments", json=request.model_dump(mode="json"))
+        return EnvironmentInfo.model_validate(response.json())
+
+    def environments(self) -> list[EnvironmentInfo]:
+        return TypeAdapter(list[EnvironmentInfo]).validate_python(self._request("GET", "/environments").json())
+
+    def environment(self, name: str) -> EnvironmentInfo:
+        return EnvironmentInfo.model_validate(self._request("GET", f"/environments/{name}").json())
+
+    def remove_environment(self, name: str) -> None:
+        self._request("DELETE", f"/environments/{name}")
 
     def project_storage(self, project: str) -> ProjectStorage:
         return ProjectStorage.model_validate(self._request("GET", f"/projects/{project}/snapshots").json())

@@ -70,6 +70,14 @@ class Paths:
     def tensorboard_directory(self, job_id: int) -> Path:
         return self.tensorboard / str(job_id)
 
+    @property
+    def environments(self) -> Path:
+        """Virtualenvs of environments, by content hash, and `logs/` of their builds."""
+        return self.home / "environments"
+
+    def environment_log(self, name: str) -> Path:
+        return self.environments / "logs" / f"{name}.log"
+
 
 def server_url(paths: Paths | None = None) -> str:
     """MLYARD_URL, else the URL the server of MLYARD_HOME wrote at start, else the default."""

@@ -216,6 +216,11 @@ class JobSpec(_Strict):
         description="container image the replicas run in (registry/name:tag or @sha256:…); unset: the "
         "backend's default (processes on the local backend)",
     )
+    environment: str | None = Field(
+        default=None, pattern=NAME_PATTERN,
+        description="an environment built with `mlyard env build` (an image, or a virtualenv on a server "
+        "without a container engine), instead of an image",
+    )
 
     @field_validator("command", mode="before")
     @classmethod
@@ -257,6 +262,8 @@ class JobSpec(_Strict):
             raise ValueError(f"role names must be unique; repeated: {', '.join(duplicates)}")
         if self.elastic is not None and len(self.roles) != 1:
             raise ValueError("an elastic job has exactly one role")
+        if self.image is not None and self.environment is not None:
+            raise ValueError("name an image or an environment, not both")
         return self
 
     @property

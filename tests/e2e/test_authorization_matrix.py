@@ -71,6 +71,14 @@ class World:
         assert answer.status_code == 201, answer.text
         return digest
 
+    def fresh_environment(self) -> str:
+        """An environment of `member`'s (apt packages: without an engine it fails at once, cheaply)."""
+        name = f"env-{next(_counter)}-{self.server.port}"
+        with self.http("member") as http:
+            answer = http.post("/environments", json={"name": name, "base": "busybox", "apt": ["curl"]})
+        assert answer.status_code == 202, answer.text
+        return name
+
     def fresh_token_of_member(self) -> int:
         with self.http("member") as http:
             return http.post("/tokens", json={"name": "to revoke"}).json()["info"]["id"]
@@ -133,6 +141,13 @@ RULES: dict[str, Rule] = {
     "DELETE /api/v1/projects/{name}/snapshots/{digest}": Rule(
         MAINTAINERS, lambda w, h: h.delete(f"/projects/{w.project}/snapshots/{w.fresh_snapshot()}"),
         hidden_from=frozenset({"outsider"})),
+    # Environments hold no project: anyone builds and reads them; their creator and admins remove them.
+    "GET /api/v1/environments": Rule(ANY_USER, _get("/environments")),
+    "POST /api/v1/environments": Rule(ANY_USER, lambda w, h: h.post("/environments", json={
+        "name": f"me-{next(_counter)}-{w.server.port}", "base": "busybox", "apt": ["curl"]})),
+    "GET /api/v1/environments/{name}": Rule(ANY_USER, lambda w, h: h.get(f"/environments/{w.fresh_environment()}")),
+    "DELETE /api/v1/environments/{name}": Rule(
+        frozenset({"member", "admin"}), lambda w, h: h.delete(f"/environments/{w.fresh_environment()}")),
     "GET /api/v1/jobs": Rule(ANY_USER, _get("/jobs?all=true")),
     "POST /api/v1/jobs": Rule(PROJECT_WRITERS, lambda w, h: h.post("/jobs", json={
         "name": "matrix-submit", "project": w.project, "command": ["true"], "roles": [{"resources": {"cpu": 1}}]})),

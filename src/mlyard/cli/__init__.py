@@ -8,7 +8,7 @@ import sys
 import typer
 from rich.markup import escape
 
-from mlyard.cli import accounts, jobs, nodes, projects, queues, server
+from mlyard.cli import accounts, environments, jobs, nodes, projects, queues, server
 from mlyard.cli.audit import audit
 from mlyard.cli.metrics import metrics
 from mlyard.cli.output import errors
@@ -44,6 +44,7 @@ app.command()(accounts.whoami)
 app.add_typer(accounts.users_app, name="users")
 app.add_typer(accounts.tokens_app, name="tokens")
 app.add_typer(projects.projects_app, name="projects")
+app.add_typer(environments.env_app, name="env")
 
 
 def main() -> None:

@@ -27,6 +27,7 @@ from mlyard.server.login_throttle import LoginThrottle
 from mlyard.server.routers import (
     accounts,
     audit,
+    environments,
     jobs,
     metrics,
     monitoring,
@@ -148,7 +149,7 @@ def create_app(settings: ServerSettings, *, backend: Backend | None = None) -> F
                       adopted=getattr(leadership.controller, "adopted", None))
 
     for router in (jobs.router, metrics.router, monitoring.router, nodes.router, queues.router, snapshots.router,
-                   usage.router, accounts.router, audit.router, projects.router):
+                   usage.router, accounts.router, audit.router, projects.router, environments.router):
         app.include_router(router, prefix=API_PREFIX)
     web.install(app)
     return app

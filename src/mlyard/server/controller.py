@@ -31,16 +31,14 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session, selectinload
 
 from mlyard.backends.base import (
-    AttemptLaunch,
     Backend,
-    ReplicaLaunch,
     ReplicaObservation,
     ReplicaRef,
     handle_reference,
 )
 from mlyard.rendezvous import JobContext, ReplicaSlot, replica_environments
 from mlyard.scheduler import ClusterSnapshot, Decisions, StartJob, decide
-from mlyard.server import auth, project_limits
+from mlyard.server import auth, launches, project_limits
 from mlyard.server.attempts import (
     GONE,
     end_attempt,
@@ -54,8 +52,10 @@ from mlyard.server.attempts import (
 )
 from mlyard.server.cluster import snapshot as cluster_snapshot
 from mlyard.server.db import Database
+from mlyard.server.environment_builds import EnvironmentBuilds, builder_for
 from mlyard.server.rows import (
     AttemptRow,
+    EnvironmentRow,
     JobEventRow,
     JobRow,
     NodeRow,
@@ -101,6 +101,7 @@ class Controller:
         self.adopted: int | None = None
         """Replicas found running when this controller started; None until it has looked."""
         self._monitor: NodeMonitor | None = None
+        self._builds: EnvironmentBuilds | None = None
         self._nodes_recorded_at = time.monotonic()
 
     # ----------------------------------------------------------------- lifecycle
@@ -116,6 +117,10 @@ class Controller:
         self._thread.start()
         # Sampling follows leadership: the leader's machine runs the local replicas it measures.
         self._monitor = NodeMonitor.start_for(self.database, self.backend, self.settings)
+        builder = builder_for(self.backend, self.settings.paths)
+        if builder is not None:
+            self._builds = EnvironmentBuilds(self.database, self.settings.paths, builder)
+            self._builds.start()
 
     def _adopt(self) -> None:
         """Observes the replicas earlier servers left running before anything else happens, so
@@ -135,6 +140,8 @@ class Controller:
             self._thread.join(timeout=30)
         if self._monitor is not None:
             self._monitor.stop()
+        if self._builds is not None:
+            self._builds.stop()
 
     def wake(self) -> None:
         self._wake.set()
@@ -379,13 +386,20 @@ class Controller:
 
     def _start(self, decision: StartJob, addresses: dict[str, str]) -> None:
         count = len(decision.placements)
-        master_port, replica_ports = self._reserve_ports(decision)
+        master_port, replica_ports = launches.reserve_ports(self.backend, decision)
         now = time.time()
         with self.database.transaction() as session:
             job = session.get(JobRow, decision.job_id, with_for_update=True)
             if job is None or JobStatus(job.status) not in (JobStatus.QUEUED, JobStatus.RESTARTING):
                 return
             spec = JobSpec.model_validate(job.spec)
+            built = session.get(EnvironmentRow, spec.environment) if spec.environment else None
+            if spec.environment and (built is None or built.status != "ready"):
+                # Removing or rebuilding an environment that unfinished jobs name is refused,
+                # so this is an environment that went away by other means.
+                switch_status(session, job, JobStatus.FAILED, now=now,
+                              message=f"environment {spec.environment!r} is no longer ready to run it")
+                return
             job.attempt_count += 1
             job.wait_reason = None
             job.restart_at = None
@@ -422,24 +436,9 @@ class Controller:
                                  checkpoint_directory=str(checkpoint_directory), master_port=master_port,
                                  tensorboard_directory=str(tensorboard_directory))
             environments = replica_environments(spec, slots, context)
-            roles = {role.name: role for role in spec.roles}
-            launch = AttemptLaunch(
-                job_id=job.id,
-                attempt=attempt.number,
-                owner=job.owner.name if job.owner is not None else None,
-                private_directories=(checkpoint_directory, tensorboard_directory),
-                replicas=tuple(
-                    ReplicaLaunch(
-                        replica_id=row.id, name=row.name, rank=row.rank, node=row.node, cpu_ids=tuple(row.cpu_ids),
-                        gpu_ids=tuple(row.gpu_ids), memory_bytes=row.memory_bytes,
-                        command=tuple(spec.command_for(roles[row.role])), env=environment,
-                        directory=self.settings.paths.replica_directory(job.id, attempt.number, row.name),
-                        snapshot=self.blobs.path_for(job.snapshot) if job.snapshot else None,
-                        image=spec.image,
-                    )
-                    for row, environment in zip(rows, environments, strict=True)
-                ),
-            )
+            image = launches.apply_environment(spec, built, environments)
+            launch = launches.attempt_launch(job, attempt, spec, rows, environments, image, self.settings.paths,
+                                             self.blobs, (checkpoint_directory, tensorboard_directory))
             attempt_id = attempt.id
         try:
             checkpoint_directory.mkdir(parents=True, exist_ok=True)
@@ -480,17 +479,6 @@ class Controller:
                 return
             outcome = JobStatus.CANCELLED if job.cancel_requested_at is not None else JobStatus.FAILED
             switch_status(session, job, outcome, message=reason, now=now)
-
-    def _reserve_ports(self, decision: StartJob) -> tuple[int, list[int]]:
-        """A master port on rank 0's node, and one port per replica on its own node."""
-        master_node = decision.placements[0].node
-        wanted: dict[str, int] = {}
-        for placement in decision.placements:
-            wanted[placement.node] = wanted.get(placement.node, 0) + 1
-        wanted[master_node] += 1
-        free = {node: iter(self.backend.reserve_ports(node, count)) for node, count in wanted.items()}
-        master_port = next(free[master_node])
-        return master_port, [next(free[placement.node]) for placement in decision.placements]
 
     def _settle_unlaunched_attempts(self) -> None:
         """An attempt with no recorded launch was interrupted by a server stop between

@@ -19,7 +19,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session, sessionmaker
 
 MIGRATIONS = Path(__file__).with_name("migrations")
-SCHEMA_REVISION = "0010"
+SCHEMA_REVISION = "0011"
 """The newest migration (a test keeps it equal to Alembic's head): a database already there is
 opened without importing Alembic, which is a good part of a server's start time, and a
 restarted server adopts its running jobs sooner."""

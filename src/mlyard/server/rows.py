@@ -300,6 +300,30 @@ class MetricRow(Base):
     at: Mapped[float] = mapped_column(Float)
 
 
+class EnvironmentRow(Base):
+    """A named environment: its inputs, their hash (what is built once and shared by every
+    environment of the same content) and where the build stands."""
+
+    __tablename__ = "environments"
+
+    name: Mapped[str] = mapped_column(String(63), primary_key=True)
+    base: Mapped[str] = mapped_column(String(255))
+    requirements: Mapped[str | None] = mapped_column(Text, nullable=True)
+    apt: Mapped[list[str]] = mapped_column(JSON)
+    kind: Mapped[str | None] = mapped_column(String(16), nullable=True)
+    """Decided by the builder when it takes the environment up: `image` with a container engine."""
+    content_hash: Mapped[str | None] = mapped_column(String(64), index=True, nullable=True)
+    status: Mapped[str] = mapped_column(String(16))
+    message: Mapped[str | None] = mapped_column(Text, nullable=True)
+    image: Mapped[str | None] = mapped_column(String(255), nullable=True)
+    cached: Mapped[bool] = mapped_column(Boolean, default=False)
+    created_by: Mapped[int | None] = mapped_column(ForeignKey("users.id", ondelete="SET NULL"), nullable=True)
+    created_at: Mapped[float] = mapped_column(Float)
+    built_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+
+    creator: Mapped[UserRow | None] = relationship()
+
+
 class ProjectSnapshotRow(Base):
     """A code snapshot a project keeps: counted once per project against its storage limit,
     whichever of its jobs use it."""

@@ -44,7 +44,7 @@ from mlyard.server.rows import (
     SnapshotRow,
     UserRow,
 )
-from mlyard.server.services import project_storage, projects
+from mlyard.server.services import environments, project_storage, projects
 from mlyard.spec import JobSpec, JobStatus, can_transition
 
 LOG_TAIL_LINES = 20
@@ -153,6 +153,8 @@ def _insert(database: Database, principal: auth.Principal, spec: JobSpec,
                 raise NotFound(f"snapshot {spec.snapshot[:12]} is not on the server; upload it first",
                                field="snapshot")
             project_storage.charge(session, spec.project, spec.snapshot, snapshot.size)
+        if spec.environment is not None:
+            environments.check_for_job(session, spec.environment)
         # The default project's queues are shared; any other queue takes its own project's jobs.
         if queue is not None and queue.project not in (projects.DEFAULT_PROJECT, spec.project):
             raise InvalidRequest(f"queue {spec.queue!r} belongs to project {queue.project!r}; a job of project "

@@ -1,0 +1,63 @@
+"""An environment with a container engine: an image built through the engine's
+Docker-compatible build API (Docker Engine, or Podman's `podman system service`)."""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from mlyard.environment_models import EnvironmentRequest
+from mlyard.environments.containerfile import REQUIREMENTS_FILE, containerfile
+from mlyard.environments.virtualenv import BuildFailed
+
+REPOSITORY = "localhost/mlyard-env"
+
+
+class ImageBuilder:
+    kind = "image"
+
+    def __init__(self, client: Any):
+        """`client`: a `docker.DockerClient` connected to the engine."""
+        self.client = client
+
+    @staticmethod
+    def tag_for(content_hash: str) -> str:
+        return f"{REPOSITORY}:{content_hash[:32]}"
+
+    def exists(self, content_hash: str) -> bool:
+        import docker.errors
+
+        try:
+            self.client.images.get(self.tag_for(content_hash))
+            return True
+        except docker.errors.ImageNotFound:
+            return False
+
+    def build(self, request: EnvironmentRequest, content_hash: str, log: Callable[[str], None]) -> str:
+        tag = self.tag_for(content_hash)
+        if self.exists(content_hash):
+            return tag
+        with tempfile.TemporaryDirectory(prefix="mlyard-env-") as context:
+            (Path(context) / "Dockerfile").write_text(containerfile(request, content_hash))
+            if request.requirements:
+                (Path(context) / REQUIREMENTS_FILE).write_text(request.requirements + "\n")
+            # The base must be on the engine already or pullable: labs are often offline.
+            for chunk in self.client.api.build(path=context, tag=tag, rm=True, forcerm=True, decode=True):
+                if "error" in chunk:
+                    raise BuildFailed(f"the image build failed: {str(chunk['error']).strip()}")
+                text = chunk.get("stream") or chunk.get("status")
+                if text and text.strip():
+                    log(text.rstrip("\n"))
+        if not self.exists(content_hash):
+            raise BuildFailed(f"the engine finished the build but has no image {tag}")
+        return tag
+
+    def remove(self, content_hash: str) -> None:
+        import docker.errors
+
+        try:
+            self.client.images.remove(self.tag_for(content_hash))
+        except docker.errors.APIError:  # in use by a container, or gone already
+            pass
