@@ -52,15 +52,21 @@ def reserve(state: RoundState, job: PendingJob, gang: Sequence[ReplicaRequest]) 
 
 
 def backfill_placement(state: RoundState, job: PendingJob, gang: Sequence[ReplicaRequest],
-                       in_free: tuple[ReplicaPlacement, ...] | None):
+                       in_free: tuple[ReplicaPlacement, ...] | None, shape: int):
     """Where ``job`` may start without delaying the reserved job; ``in_free`` is its placement
     in ``state.free``, which it keeps when it ends before the reservation starts."""
     reservation = state.reservation
     assert reservation is not None
     if job.max_runtime is not None and state.now + job.max_runtime <= reservation.shadow:
         return in_free
-    # Runs past the shadow time: only resources the reserved job will not need.
-    return place_gang(reservation.extra, gang, topology_key=state.config.topology_key)
+    # Runs past the shadow time: only resources the reserved job will not need. Once a shape
+    # did not fit there, the next jobs of that shape (thousands, on a busy cluster) skip the search.
+    if shape in reservation.failed_shapes:
+        return None
+    placements = place_gang(reservation.extra, gang, topology_key=state.config.topology_key)
+    if placements is None:
+        reservation.failed_shapes.add(shape)
+    return placements
 
 
 def grow_elastic(state: RoundState) -> None:
@@ -96,8 +102,7 @@ def add_replicas(state: RoundState, queue: str, user: str,
             break
         state.free.reserve(placement)
         state.version += 1
-        if state.future is not None:
-            state.future.take_available(placement)
+        state.take_from_future(placement)
         state.book.add(queue, user, amounts)
         added.extend(placement)
     return tuple(added)

@@ -281,6 +281,9 @@ def _within_quota_first(state: RoundState, jobs: list[PendingJob], classes: list
     amounts: dict[int, tuple[float, float, float]] = {}  # per shape
     within: list[int] = []
     borrowing: list[int] = []
+    # Queues with a quota whose jobs may still be within it; once there are none, every
+    # job left borrows (queues without a quota borrow from the start).
+    open_plans = sum(1 for queue in book.queues.values() if queue.quota is not None)
     for index, (job, shape) in enumerate(zip(jobs, shapes, strict=True)):
         name = job.queue
         plan = planned.get(name, _UNSEEN)
@@ -306,6 +309,10 @@ def _within_quota_first(state: RoundState, jobs: list[PendingJob], classes: list
         else:
             planned[name] = None
             borrowing.append(index)
+            open_plans -= 1
+            if open_plans == 0:  # most of a long queue: no need to look at the rest one by one
+                borrowing.extend(range(index + 1, len(jobs)))
+                break
     state.within_quota = {jobs[index].job_id for index in within}
     if not within or not borrowing or within[-1] < borrowing[0]:
         return len(within)
@@ -352,7 +359,7 @@ def _consider(state: RoundState, job: PendingJob, klass: float, shape: int, bett
         if placements is None:
             state.mark_failed(shape)
     if placements is not None and state.reservation is not None:
-        placements = backfill_placement(state, job, gang, placements)
+        placements = backfill_placement(state, job, gang, placements, shape)
         if placements is None:
             shadow = state.reservation.shadow
             when = "" if math.isinf(shadow) else f", reserved to start in ~{duration_text(shadow - state.now)}"

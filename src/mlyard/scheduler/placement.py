@@ -171,9 +171,18 @@ def _topology_groups(free: FreeResources, total: tuple[int, int, int], key: str)
     if len(sums_by_group) < 2:
         return
     gpus, cores, memory = total  # _fits, inline: once per rack
-    fitting = sorted((tuple(sums), value) for value, sums in sums_by_group.items()
-                     if gpus <= sums[0] and cores <= sums[1] and memory <= sums[2])
-    for _, value in fitting:
+    fitting = [value for value, sums in sums_by_group.items()
+               if gpus <= sums[0] and cores <= sums[1] and memory <= sums[2]]
+    if not fitting:
+        return
+    # The tightest group usually holds the gang: find it in one pass, and sort the rest
+    # (by the same key: free totals, then the label value) only when it does not.
+    tightest = min(sums_by_group[value] for value in fitting)
+    first = min(value for value in fitting if sums_by_group[value] == tightest)
+    yield free.group_nodes(key, first)
+    fitting.remove(first)
+    fitting.sort(key=lambda value: (sums_by_group[value], value))
+    for value in fitting:
         yield free.group_nodes(key, value)
 
 

@@ -84,6 +84,38 @@ def victim_pool(state: RoundState) -> list[tuple[tuple[float, ...], float, Runni
     return state.victim_pool
 
 
+def _candidates(state: RoundState, job: PendingJob, klass: float, demand: Amounts,
+                reclaim: str | None) -> tuple[list[Victim], list[int]]:
+    """``find_victims`` for the job, and what the future view would have free if all of them
+    went: worked out again whenever a preemption took victims or changed the future view.
+
+    Victims are only ever added to ``state.taken`` during a round, and every part of
+    ``find_victims`` merely filters its candidates by it: the list found first for this
+    class and reclaiming queue, less the jobs taken since, is the list it would find now.
+    Filtering that list costs little next to finding it again (hundreds of running jobs,
+    each asked whether the policy lets it go)."""
+    stamp = (len(state.taken), state.future_generation)
+    cached = state.victim_cache.get((klass, reclaim))
+    if cached is not None and cached[0] == stamp:
+        return cached[1], cached[2]
+    taken = state.taken
+    if cached is None:
+        victims = find_victims(state, job, klass, demand)
+    else:
+        victims = [victim for victim in cached[1] if victim.job.job_id not in taken]
+    gpus, cores, memory = state.future_view().totals()
+    known = state.held_by_run
+    for victim in victims:  # hundreds of running jobs: summed in place, no Amounts each
+        if victim.keep is None:  # then it releases all it holds
+            held = known.get(id(victim.job)) or _held(state, victim.job)
+            gpus += held[0]
+            cores += held[1]
+            memory += held[2]
+    have = [gpus, cores, memory]
+    state.victim_cache[(klass, reclaim)] = (stamp, victims, have)
+    return victims, have
+
+
 def try_preemption(state: RoundState, job: PendingJob, klass: float, gang: Sequence[ReplicaRequest], demand,
                     shape: int) -> bool:
     memo = (shape, klass, job.queue)
@@ -91,21 +123,7 @@ def try_preemption(state: RoundState, job: PendingJob, klass: float, gang: Seque
         return False
     state.attempts_left -= 1
     reclaim = job.queue if state.may_reclaim(job, demand) else None
-    cache_key = (klass, reclaim, len(state.taken), state.future_generation)
-    cached = state.victim_cache.get(cache_key)
-    if cached is None:
-        victims = find_victims(state, job, klass, demand)
-        gpus, cores, memory = state.future_view().totals()
-        known = state.held_by_run
-        for victim in victims:  # hundreds of running jobs: summed in place, no Amounts each
-            if victim.keep is None:  # then it releases all it holds
-                held = known.get(id(victim.job)) or _held(state, victim.job)
-                gpus += held[0]
-                cores += held[1]
-                memory += held[2]
-        have = [gpus, cores, memory]
-        cached = state.victim_cache[cache_key] = (victims, have)
-    victims, have = cached
+    victims, have = _candidates(state, job, klass, demand, reclaim)
     if not victims:
         state.failed_plans.add(memo)
         return False

@@ -63,7 +63,10 @@ class QueueBook:
         """Bumped on every change, so callers can cache answers between changes."""
         self.queue_versions: dict[str, int] = {}
         """The ``version`` at which each queue's usage last changed; absent: not this round."""
-        self.usage: dict[str, Amounts] = {}
+        # Per queue [gpu, cpu, memory], added to in place on every start (a new Amounts each
+        # time showed up); ``used`` hands out an Amounts of it, kept until the queue changes.
+        self._queue_sums: dict[str, list[float]] = {}
+        self._used: dict[str, Amounts] = {}
         # Per user [gpu, cpu, memory], added to in place: only ``order`` reads it (before any
         # start), while every start would otherwise build a new Amounts for it.
         self.user_usage: dict[str, list[float]] = {}
@@ -83,7 +86,7 @@ class QueueBook:
                 sums[0] += gpus
                 sums[1] += cores
                 sums[2] += memory
-        self.usage = {name: Amounts(*map(float, sums)) for name, sums in by_queue.items()}
+        self._queue_sums = {name: [float(total) for total in sums] for name, sums in by_queue.items()}
         self.user_usage = {name: [float(total) for total in sums] for name, sums in by_user.items()}
 
     def queue(self, name: str) -> Queue:
@@ -95,7 +98,13 @@ class QueueBook:
     def add(self, queue: str, user: str, amounts: Amounts) -> None:
         self.version += 1
         self.queue_versions[queue] = self.version
-        self.usage[queue] = self.usage.get(queue, _NOTHING) + amounts
+        sums = self._queue_sums.get(queue)
+        if sums is None:
+            sums = self._queue_sums[queue] = [0.0, 0.0, 0.0]
+        sums[0] += amounts.gpu
+        sums[1] += amounts.cpu
+        sums[2] += amounts.memory
+        self._used.pop(queue, None)
         sums = self.user_usage.get(user)
         if sums is None:
             sums = self.user_usage[user] = [0.0, 0.0, 0.0]
@@ -104,7 +113,11 @@ class QueueBook:
         sums[2] += amounts.memory
 
     def used(self, queue: str) -> Amounts:
-        return self.usage.get(queue, _NOTHING)
+        used = self._used.get(queue)
+        if used is None:
+            sums = self._queue_sums.get(queue)
+            used = self._used[queue] = _NOTHING if sums is None else Amounts(*sums)
+        return used
 
     def fits_ceiling(self, queue: str, demand: Amounts) -> bool:
         """True when ``queue`` may take ``demand`` more now (``over_quota`` gives None)."""
@@ -115,9 +128,11 @@ class QueueBook:
             ceiling = self._ceilings[queue] = None if definition.borrow_limit is None else definition.ceiling
         if ceiling is None:
             return True
-        used = self.usage.get(queue, _NOTHING)
-        return (used.gpu + demand.gpu <= ceiling.gpu + 1e-9 and used.cpu + demand.cpu <= ceiling.cpu + 1e-9
-                and used.memory + demand.memory <= ceiling.memory + 1e-9)
+        used = self._queue_sums.get(queue)
+        if used is None:
+            return demand.fits_in(ceiling)
+        return (used[0] + demand.gpu <= ceiling.gpu + 1e-9 and used[1] + demand.cpu <= ceiling.cpu + 1e-9
+                and used[2] + demand.memory <= ceiling.memory + 1e-9)
 
     def over_quota(self, queue: str, demand: Amounts) -> str | None:
         """Why ``queue`` may not take ``demand`` more now, or None if it may."""

@@ -43,6 +43,9 @@ class Reservation:
     job_id: int
     shadow: float
     extra: FreeResources
+    # Gang shapes (numbered as in ``engine.decide_round``) that did not fit in ``extra``:
+    # it only loses resources, so they never will this round.
+    failed_shapes: set[int] = field(default_factory=set)
 
 
 @dataclass
@@ -62,6 +65,10 @@ class RoundState:
     free: FreeResources
     book: QueueBook
     future: FreeResources | None = None
+    # Starts not yet taken from ``future``. Many of a round's starts (a third in the
+    # benchmark) come after the last time anything reads it, so they are taken from it
+    # only when it is next read (``future_view``), in the order they were made.
+    future_takes: list[tuple[ReplicaPlacement, ...]] = field(default_factory=list)
     starts: list[StartJob] = field(default_factory=list)
     preemptions: dict[int, Preempt] = field(default_factory=dict)
     resizes: dict[int, Resize] = field(default_factory=dict)
@@ -98,7 +105,9 @@ class RoundState:
     # Bumped whenever something ``engine._quickly_blocked`` reads may have changed.
     epoch: int = 0
     eligible: dict[float, tuple[int, list]] = field(default_factory=dict)
-    victim_cache: dict[tuple, tuple[list, list[int]]] = field(default_factory=dict)
+    # Per (class, reclaiming queue): the (len(taken), future_generation) they hold for, the
+    # victims and what would be free with them gone (see ``preemption._candidates``).
+    victim_cache: dict[tuple, tuple[tuple[int, int], list, list[int]]] = field(default_factory=dict)
     top_victim_class: float = -math.inf
     future_generation: int = 0
     reclaim_pool: list[RunningJob] | None = None
@@ -157,15 +166,23 @@ class RoundState:
                 if job.stopping:
                     future.release(job.placements)
             self.future = future
+        elif self.future_takes:  # in the order they were made: the view ends up the same
+            for placements in self.future_takes:
+                self.future.take_available(placements)
+            self.future_takes.clear()
         return self.future
+
+    def take_from_future(self, placements: tuple[ReplicaPlacement, ...]) -> None:
+        """Take ``placements`` from the future view (if there is one yet) before it is next read."""
+        if self.future is not None:
+            self.future_takes.append(placements)
 
     def commit_start(self, job: PendingJob, placements: tuple[ReplicaPlacement, ...], reason: str,
                      demand: Amounts | None = None) -> None:
         """``demand``: what ``placements`` hold, when the caller knows it already."""
         # place_gang chose these from ``free`` itself: valid by construction, no re-check.
         self.free.take_available(placements)
-        if self.future is not None:
-            self.future.take_available(placements)
+        self.take_from_future(placements)
         if self.reservation is not None:
             self.reservation.extra.take_available(placements)
         self.book.add(job.queue, job.user, demand if demand is not None else held_amounts(placements))
