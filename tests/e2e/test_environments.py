@@ -5,13 +5,24 @@ from __future__ import annotations
 
 import json
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import RunningServer
+from conftest import DATABASES, RunningServer, start_server, stop_server
 
 pytestmark = pytest.mark.slow
 VALUE = "tiny-42"
+
+
+@pytest.fixture(scope="module", params=DATABASES)
+def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
+    """Without containers (MLYARD_RUNTIME=process), even where an engine runs: environments
+    become virtualenvs (tests/containers/ builds them as images)."""
+    running = start_server(tmp_path_factory.mktemp(f"mlyard-envs-{request.param}"), database=request.param,
+                           MLYARD_RUNTIME="process")
+    yield running
+    stop_server(running)
 
 
 def tiny_wheel(directory: Path) -> Path:

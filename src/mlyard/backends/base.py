@@ -51,7 +51,8 @@ class ReplicaLaunch:
     snapshot: Path | None
     image: str | None = None
     """The container image a backend that runs containers starts (the job's `image`); None:
-    the backend's default. The local backend runs no containers and ignores it."""
+    the backend's default. The local backend runs such a replica in a container of its engine,
+    and one without an image as a process."""
 
 
 @dataclass(frozen=True)
@@ -134,6 +135,11 @@ class Backend(abc.ABC):
         hosts): by default its node's address; a backend whose replicas have addresses of
         their own (pods behind a headless Service) names them here."""
         return node_address
+
+    def check_image(self, image: str) -> str | None:
+        """Why a job naming `image` cannot run on this backend, in words (asked at submission);
+        None when it can, or when only starting it would tell."""
+        return None
 
     @abc.abstractmethod
     def reserve_ports(self, node: str, count: int) -> list[int]:

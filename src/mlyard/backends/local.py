@@ -5,11 +5,16 @@ Python that runs the server (so `python` in a job is the server's environment un
 sets PATH). The launcher's pid and start time identify the replica; the files it writes
 (`started.json`, `exit.json`, `heartbeat`) say how it is doing, so a restarted server can
 observe replicas it did not start.
+
+A replica of a job that names an `image` runs in a container of the local engine instead
+(`backends/containers/`), when the server's runtime allows it; its directory holds the same
+status files, so everything above the backend treats both alike.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import socket
@@ -24,6 +29,7 @@ from typing import Any
 import psutil
 
 from mlyard import cgroups
+from mlyard.backends import containers as container_runtime
 from mlyard.backends.base import (
     AttemptLaunch,
     Backend,
@@ -35,8 +41,11 @@ from mlyard.backends.base import (
     ReplicaRef,
     handle_reference,
 )
+from mlyard.backends.containers import ContainerReplicas, is_container_replica
+from mlyard.backends.containers.render import ContainerIdentity
 from mlyard.backends.gpus import local_gpus
 from mlyard.backends.job_users import JobUsers, OsAccount, make_passable
+from mlyard.errors import MlyardError
 from mlyard.launcher import (
     DEFAULT_MAX_LOG_BYTES,
     EXIT_FILE,
@@ -51,6 +60,7 @@ from mlyard.launcher import (
     write_json_atomically,
 )
 
+log = logging.getLogger(__name__)
 NODE_ADDRESS = "127.0.0.1"
 # A pid is the same process only if it started when we recorded it (pids are reused).
 # Start times derive from the boot time, which moves a little when the clock is stepped; the
@@ -59,6 +69,8 @@ START_TIME_TOLERANCE = 1.0
 LAUNCHER_MODULE = "mlyard.launcher"
 # started.json is written just after the command's process is created.
 ORPHAN_START_TOLERANCE = 2.0
+# `containers=FROM_ENVIRONMENT`: the container runtime MLYARD_RUNTIME and MLYARD_CONTAINER_SOCKET ask for.
+FROM_ENVIRONMENT: Any = object()
 
 
 class LocalBackend(Backend):
@@ -67,7 +79,8 @@ class LocalBackend(Backend):
 
     def __init__(self, *, cpus: int | None = None, memory_bytes: int | None = None,
                  gpus: tuple[GpuDescription, ...] | None = None, max_log_bytes: int = DEFAULT_MAX_LOG_BYTES,
-                 job_users: JobUsers | None = None, notes: tuple[str, ...] = ()):
+                 job_users: JobUsers | None = None, notes: tuple[str, ...] = (),
+                 containers: ContainerReplicas | None = FROM_ENVIRONMENT):
         available = sorted(os.sched_getaffinity(0))
         if cpus is not None and not 1 <= cpus <= len(available):
             raise ValueError(f"the node can offer 1 to {len(available)} CPUs, not {cpus}")
@@ -80,6 +93,39 @@ class LocalBackend(Backend):
         self._children: dict[int, subprocess.Popen] = {}
         self.max_log_bytes = max_log_bytes
         self.job_users = job_users
+        if containers is FROM_ENVIRONMENT:
+            containers = container_runtime.from_environment(max_log_bytes)
+        self.containers: ContainerReplicas | None = containers
+        if containers is not None:
+            containers.notify_with(self._notify)
+
+    def close(self) -> None:
+        if self.containers is not None:
+            self.containers.close()
+
+    def _notify(self) -> None:
+        if self.notify is not None:
+            self.notify()
+
+    def check_image(self, image: str) -> str | None:
+        if self.containers is None:
+            return (f"image {image!r}: this server runs replicas as processes (MLYARD_RUNTIME=process) "
+                    "and cannot run a job in a container; remove `image` from the job")
+        return self.containers.check_image(image)
+
+    def _in_container(self, replica: ReplicaLaunch) -> bool:
+        if replica.image is None:
+            return False
+        if self.containers is None:
+            raise MlyardError(f"replica {replica.name} names the image {replica.image!r}, but this server runs "
+                              "replicas as processes only (MLYARD_RUNTIME=process)")
+        return True
+
+    @staticmethod
+    def _container_identity(account: OsAccount | None) -> ContainerIdentity | None:
+        if account is None:
+            return None
+        return ContainerIdentity(uid=account.uid, gid=account.gid)
 
     def nodes(self) -> list[NodeDescription]:
         return [
@@ -125,35 +171,53 @@ class LocalBackend(Backend):
 
     def dryrun(self, launch: AttemptLaunch) -> list[dict[str, Any]]:
         account = self._account(launch)
-        return [
-            {
+        plans = []
+        for replica in launch.replicas:
+            if self._in_container(replica):
+                assert self.containers is not None
+                plans.append(self.containers.plan(replica, launch, self._container_identity(account)).as_data())
+                continue
+            plans.append({
                 "replica": replica.name,
                 "argv": [sys.executable, "-m", "mlyard.launcher", str(replica.directory)],
                 "start_new_session": True,
                 "config": self._config(replica, launch, account),
-            }
-            for replica in launch.replicas
-        ]
+            })
+        return plans
 
     def launch(self, launch: AttemptLaunch) -> list[ReplicaHandle]:
         handles: list[ReplicaHandle] = []
         plans = self.dryrun(launch)
-        if self.job_users is not None:
-            account = self._account(launch)
+        account = self._account(launch)
+        if account is not None:
             JobUsers.give(account, launch.private_directories)
+        container_plans = {replica.replica_id: self.containers.plan(replica, launch, self._container_identity(account))
+                           for replica in launch.replicas if self.containers is not None and self._in_container(replica)}
+        if container_plans and account is None:
+            assert self.containers is not None
+            self.containers.give_private_directories(launch, next(iter(container_plans.values())).identity)
         try:
             for replica, plan in zip(launch.replicas, plans, strict=True):
-                handles.append(self._start(replica, plan))
+                if replica.replica_id in container_plans:
+                    assert self.containers is not None
+                    self._prepare_directory(replica)
+                    handles.append(self.containers.start(container_plans[replica.replica_id]))
+                else:
+                    handles.append(self._start(replica, plan))
         except Exception:
             self._stop_present([handle_reference(handle, launch) for handle in handles], force=True)
             raise
         return handles
 
-    def _start(self, replica: ReplicaLaunch, plan: dict[str, Any]) -> ReplicaHandle:
+    @staticmethod
+    def _prepare_directory(replica: ReplicaLaunch) -> None:
         if replica.directory.exists():
             # Left by a database that was reset: its files must not speak for this replica.
             replica.directory.rename(replica.directory.with_name(f"{replica.directory.name}.stale-{time.time_ns()}"))
         replica.directory.mkdir(parents=True)
+
+    def _start(self, replica: ReplicaLaunch, plan: dict[str, Any]) -> ReplicaHandle:
+        self._prepare_directory(replica)
         if plan["config"]["run_as"] is not None:
             # The account reaches its code directory (made its own by the launcher) through these.
             make_passable([replica.directory.parent.parent, replica.directory.parent, replica.directory])
@@ -250,8 +314,26 @@ class LocalBackend(Backend):
             pass
         return None
 
+    def _split(self, replicas: Sequence[ReplicaRef]) -> tuple[list[ReplicaRef], list[ReplicaRef]]:
+        """(process replicas, container replicas); a container replica is one whose directory
+        says so, so a restarted server tells them apart without the database."""
+        processes: list[ReplicaRef] = []
+        in_containers: list[ReplicaRef] = []
+        for ref in replicas:
+            (in_containers if self.containers is not None and is_container_replica(ref.directory)
+             else processes).append(ref)
+        return processes, in_containers
+
     def observe(self, replicas: Sequence[ReplicaRef]) -> dict[int, ReplicaObservation]:
         result = {}
+        replicas, in_containers = self._split(replicas)
+        for ref in in_containers:
+            assert self.containers is not None
+            try:
+                result[ref.replica_id] = self.containers.observe(ref)
+            except Exception as error:  # noqa: BLE001 - an engine outage must not stop process jobs' observation
+                # Left out: the controller keeps what it knew, and looks again on its next pass.
+                log.warning("replica %s: the container engine did not answer: %s", ref.directory, error)
         for ref in replicas:
             alive = self._alive(ref)
             exited = read_json(ref.directory / EXIT_FILE)
@@ -271,7 +353,24 @@ class LocalBackend(Backend):
                 result[ref.replica_id] = ReplicaObservation(state="lost", started_at=started_at)
         return result
 
+    def stop(self, replicas: Sequence[ReplicaRef], *, force: bool) -> None:
+        """As `Backend.stop`; a replica the engine could not say anything about counts as present."""
+        observed = self.observe(replicas)
+        present = [ref for ref in replicas if ref.replica_id not in observed or not observed[ref.replica_id].is_gone]
+        gone = [ref for ref in replicas if ref.replica_id in observed and observed[ref.replica_id].is_gone]
+        if present:
+            self._stop_present(present, force=force)
+        if gone:
+            self._clean_up_gone(gone)
+
     def _stop_present(self, replicas: Sequence[ReplicaRef], *, force: bool) -> None:
+        replicas, in_containers = self._split(replicas)
+        for ref in in_containers:
+            assert self.containers is not None
+            try:
+                self.containers.stop(ref, force=force)
+            except Exception as error:  # noqa: BLE001 - retried on the controller's next pass
+                log.warning("replica %s: stopping its container failed: %s", ref.directory, error)
         for ref in replicas:
             if not self._alive(ref):
                 self._kill_cgroup(ref)
@@ -293,7 +392,15 @@ class LocalBackend(Backend):
 
     def _clean_up_gone(self, replicas: Sequence[ReplicaRef]) -> None:
         """A launcher killed outright leaves its command's process group running; one that
-        stopped beating (frozen) may be there still, and is killed with it."""
+        stopped beating (frozen) may be there still, and is killed with it. A container
+        replica's container is removed."""
+        replicas, in_containers = self._split(replicas)
+        for ref in in_containers:
+            assert self.containers is not None
+            try:
+                self.containers.clean_up(ref)
+            except Exception as error:  # noqa: BLE001 - an engine outage must not stop the others' clean-up
+                log.warning("replica %s: removing its container failed: %s", ref.directory, error)
         for ref in replicas:
             if not (ref.directory / EXIT_FILE).exists() and self._alive(ref):
                 try:  # SIGKILL ends a stopped process too, without it being continued first

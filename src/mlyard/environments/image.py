@@ -13,6 +13,7 @@ from mlyard.environments.containerfile import REQUIREMENTS_FILE, containerfile
 from mlyard.environments.virtualenv import BuildFailed
 
 REPOSITORY = "localhost/mlyard-env"
+BUILD_TIMEOUT = 3600
 
 
 class ImageBuilder:
@@ -21,6 +22,14 @@ class ImageBuilder:
     def __init__(self, client: Any):
         """`client`: a `docker.DockerClient` connected to the engine."""
         self.client = client
+
+    @classmethod
+    def connect(cls, url: str) -> ImageBuilder:
+        """A client of its own: a build may stream for many minutes, past the replicas'
+        client's call timeout."""
+        import docker
+
+        return cls(docker.DockerClient(base_url=url, timeout=BUILD_TIMEOUT))
 
     @staticmethod
     def tag_for(content_hash: str) -> str:
@@ -61,3 +70,19 @@ class ImageBuilder:
             self.client.images.remove(self.tag_for(content_hash))
         except docker.errors.APIError:  # in use by a container, or gone already
             pass
+
+    def collect(self, used: set[str]) -> None:
+        import docker.errors
+
+        kept = {self.tag_for(content_hash) for content_hash in used}
+        try:
+            images = self.client.images.list(name=REPOSITORY)
+        except docker.errors.APIError:
+            return
+        for image in images:
+            for tag in image.tags:
+                if tag.startswith(REPOSITORY + ":") and tag not in kept:
+                    try:
+                        self.client.images.remove(tag)
+                    except docker.errors.APIError:  # in use by a container: the next pass retries
+                        pass

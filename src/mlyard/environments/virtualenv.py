@@ -80,3 +80,8 @@ class VirtualenvBuilder:
 
     def tag_for(self, content_hash: str) -> str:
         return str(self.path_for(content_hash))
+
+    def collect(self, used: set[str]) -> None:
+        for directory in self.root.iterdir() if self.root.is_dir() else ():
+            if directory.name != "logs" and directory.name not in used and directory.is_dir():
+                self.remove(directory.name)

@@ -101,9 +101,13 @@ def create_app(settings: ServerSettings, *, backend: Backend | None = None) -> F
 
             chosen = create_backend(KubernetesSettings.from_environment(), max_log_bytes=settings.max_log_bytes)
         else:
+            from mlyard.backends.containers import container_replicas
+
             chosen = LocalBackend(cpus=settings.node_cpus, memory_bytes=settings.node_memory,
                                   max_log_bytes=settings.max_log_bytes, job_users=job_users,
-                                  notes=(job_users_note,) if job_users_note else ())
+                                  notes=(job_users_note,) if job_users_note else (),
+                                  containers=container_replicas(settings.runtime, settings.container_socket,
+                                                                max_log_bytes=settings.max_log_bytes))
         # A controller stops for good, so each time this server becomes the leader gets a new one.
         leadership = Leadership(lease_for(database.url), lambda: Controller(
             database=database, backend=chosen, settings=settings, blobs=blobs,
@@ -111,6 +115,7 @@ def create_app(settings: ServerSettings, *, backend: Backend | None = None) -> F
         # Routers only wake the controller: leadership forwards that while leading.
         app.state.database, app.state.blobs, app.state.controller = database, blobs, leadership
         app.state.settings, app.state.leadership = settings, leadership
+        app.state.backend = chosen  # submissions ask it about images (`Backend.check_image`)
         leadership.start()
         log.info("mlyard %s serving %s with the %s backend (controller: %s)", __version__, settings.url,
                  chosen.name, leadership.role)

@@ -13,7 +13,6 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from pathlib import Path
 from typing import Any, Protocol
 
 from sqlalchemy import select
@@ -40,17 +39,20 @@ class Builder(Protocol):
 
     def tag_for(self, content_hash: str) -> str: ...
 
+    def collect(self, used: set[str]) -> None:
+        """Removes what it built for content hashes not in `used`."""
+
 
 def builder_for(backend: Any, paths: Paths) -> Builder | None:
     """An image builder on the local backend's container engine, else a virtualenv builder on
     the local backend; None on a backend that builds nothing (Kubernetes: jobs name images)."""
     if getattr(backend, "name", None) != "local":
         return None
-    engine = getattr(getattr(backend, "containers", None), "client", None)
-    if engine is not None:
+    containers = getattr(backend, "containers", None)
+    if containers is not None and containers.problem() is None:
         from mlyard.environments.image import ImageBuilder
 
-        return ImageBuilder(engine)
+        return ImageBuilder.connect(containers.engine.url)
     return VirtualenvBuilder(paths.environments)
 
 
@@ -137,8 +139,4 @@ class EnvironmentBuilds:
         with self.database.transaction() as session:
             used = set(session.scalars(select(EnvironmentRow.content_hash).where(
                 EnvironmentRow.content_hash.is_not(None))))
-        if isinstance(self.builder, VirtualenvBuilder):
-            root: Path = self.builder.root
-            for directory in root.iterdir() if root.is_dir() else ():
-                if directory.name != "logs" and directory.name not in used and directory.is_dir():
-                    self.builder.remove(directory.name)
+        self.builder.collect(used)

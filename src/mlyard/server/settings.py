@@ -6,6 +6,7 @@ import os
 import re
 from dataclasses import dataclass, field
 
+from mlyard.backends.containers import RUNTIMES
 from mlyard.backends.job_users import DEFAULT_PREFIX as DEFAULT_JOB_USER_PREFIX
 from mlyard.backends.job_users import MODES as JOB_USER_MODES
 from mlyard.config import DEFAULT_HOST, DEFAULT_PORT, Paths, home_directory
@@ -115,9 +116,19 @@ class ServerSettings:
     job_api_url: str | None = None
     """How replicas reach the API (MLYARD_JOB_API_URL), when not at `url`: pods reach the
     server through its Service, not through the address it listens on."""
+    runtime: str = "auto"
+    """How the local backend runs a job that names an `image` (MLYARD_RUNTIME): `auto` (in a
+    container when the engine answers, else the job is refused at submission), `container` (the
+    same, but the server does not start without an engine) or `process` (no containers: such a
+    job is refused). Jobs without an image always run as processes (`backends/containers/`)."""
+    container_socket: str | None = None
+    """The container engine's Docker-compatible API (MLYARD_CONTAINER_SOCKET): a unix socket
+    path or a URL; None: DOCKER_HOST, else /run/podman/podman.sock or /var/run/docker.sock."""
     extra: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        if self.runtime not in RUNTIMES:
+            raise MlyardError(f"MLYARD_RUNTIME={self.runtime!r}: choose one of {', '.join(RUNTIMES)}")
         if self.backend not in BACKENDS:
             raise MlyardError(f"MLYARD_BACKEND={self.backend!r}: choose one of {', '.join(BACKENDS)}")
         if self.job_users not in JOB_USER_MODES:
@@ -193,4 +204,6 @@ class ServerSettings:
             job_user_prefix=environment.get("MLYARD_JOB_USER_PREFIX", "").strip() or DEFAULT_JOB_USER_PREFIX,
             backend=environment.get("MLYARD_BACKEND", "").strip() or "local",
             job_api_url=environment.get("MLYARD_JOB_API_URL", "").strip() or None,
+            runtime=environment.get("MLYARD_RUNTIME", "").strip() or "auto",
+            container_socket=environment.get("MLYARD_CONTAINER_SOCKET", "").strip() or None,
         )

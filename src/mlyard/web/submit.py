@@ -161,7 +161,8 @@ async def submit(request: Request, principal: ChangingPrincipal) -> Response:
     key = fields.get("key") or uuid.uuid4().hex
     try:
         submission = await run_in_threadpool(jobs.submit_with_key, request.app.state.database, principal, spec,
-                                             key[:128], wake=request.app.state.controller.wake)
+                                             key[:128], wake=request.app.state.controller.wake,
+                                             check_image=request.app.state.backend.check_image)
     except MlyardError as error:
         field = form_field(error.field) if mode == "form" and error.field else error.field
         problem = FieldError(field=field or "(root)", message=error.message)
@@ -179,7 +180,8 @@ async def resubmit(request: Request, principal: ChangingPrincipal, job_id: JobId
         job = await run_in_threadpool(jobs.get_job, database, principal, job_id)
         submission = await run_in_threadpool(jobs.submit_with_key, database, principal, job.spec,
                                              (fields.get("key") or uuid.uuid4().hex)[:128],
-                                             wake=request.app.state.controller.wake)
+                                             wake=request.app.state.controller.wake,
+                                             check_image=request.app.state.backend.check_image)
     except MlyardError as error:
         return page(request, "error.html", status_code=error.http_status, error=error, principal=principal)
     return RedirectResponse(f"/jobs/{submission.job.id}?notice=resubmitted&from={job_id}",

@@ -30,6 +30,11 @@ def wake_controller(request: Request):
     return request.app.state.controller.wake
 
 
+def image_check(request: Request):
+    return request.app.state.backend.check_image
+
+
 DatabaseDependency = Annotated[Database, Depends(database)]
 PrincipalDependency = Annotated[auth.Principal, Depends(principal)]
 WakeDependency = Annotated[object, Depends(wake_controller)]
+ImageCheckDependency = Annotated[object, Depends(image_check)]

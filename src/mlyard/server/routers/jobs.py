@@ -8,6 +8,7 @@ from mlyard.account_models import USER_NAME_PATTERN
 from mlyard.api_models import ErrorBody, JobDetail, JobInfo, LogChunk
 from mlyard.server.routers.dependencies import (
     DatabaseDependency,
+    ImageCheckDependency,
     PrincipalDependency,
     WakeDependency,
 )
@@ -29,6 +30,7 @@ def submit_job(
     database: DatabaseDependency,
     caller: PrincipalDependency,
     wake: WakeDependency,
+    check_image: ImageCheckDependency,
     response: Response,
     idempotency_key: Annotated[str | None, Header(
         min_length=1, max_length=255, pattern=r"^[\x21-\x7e]+$",
@@ -39,8 +41,8 @@ def submit_job(
     """Queues a job. It starts when the scheduler finds room for all its replicas at once.
     The job is stored durably before the answer is sent."""
     if idempotency_key is None:
-        return jobs.submit(database, caller, spec, wake=wake)
-    submission = jobs.submit_with_key(database, caller, spec, idempotency_key, wake=wake)
+        return jobs.submit(database, caller, spec, wake=wake, check_image=check_image)
+    submission = jobs.submit_with_key(database, caller, spec, idempotency_key, wake=wake, check_image=check_image)
     if submission.replayed:
         response.headers["Idempotent-Replayed"] = "true"
     return submission.job

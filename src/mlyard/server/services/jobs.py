@@ -100,20 +100,24 @@ def _replay(session: Session, caller: str, key: str, digest: str) -> JobInfo | N
     return job_info(session.get(JobRow, earlier.job_id))
 
 
-def submit(database: Database, principal: auth.Principal, spec: JobSpec, *, wake: Callable[[], None]) -> JobInfo:
+def submit(database: Database, principal: auth.Principal, spec: JobSpec, *, wake: Callable[[], None],
+           check_image: Callable[[str], str | None] | None = None) -> JobInfo:
     """Stores the job QUEUED; it is durable once this returns."""
     auth.authorize(principal, auth.Action.WRITE)
+    _check_image(spec, check_image)
     info = _insert(database, principal, spec, None)
     wake()
     return info
 
 
 def submit_with_key(
-    database: Database, principal: auth.Principal, spec: JobSpec, idempotency_key: str, *, wake: Callable[[], None]
+    database: Database, principal: auth.Principal, spec: JobSpec, idempotency_key: str, *, wake: Callable[[], None],
+    check_image: Callable[[str], str | None] | None = None,
 ) -> Submission:
     """`submit`, except that a retry of the same request (same caller, key and spec) returns
     the job the first one created instead of creating another."""
     auth.authorize(principal, auth.Action.WRITE)
+    _check_image(spec, check_image)
     caller = _caller(principal)
     digest = hashlib.sha256(json.dumps(spec.model_dump(mode="json"), sort_keys=True).encode()).hexdigest()
     with database.transaction() as session:
@@ -131,6 +135,16 @@ def submit_with_key(
         return Submission(job=replayed, replayed=True)
     wake()
     return Submission(job=info, replayed=False)
+
+
+def _check_image(spec: JobSpec, check_image: Callable[[str], str | None] | None) -> None:
+    """A job whose image the backend cannot run (no engine, an image it lacks) is refused now,
+    not found failing later; asked outside any transaction, since it may ask the engine."""
+    if spec.image is None or check_image is None:
+        return
+    problem = check_image(spec.image)
+    if problem is not None:
+        raise InvalidRequest(problem, field="image")
 
 
 def _insert(database: Database, principal: auth.Principal, spec: JobSpec,
