@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -32,8 +33,6 @@ class EnvironmentRequest(BaseModel):
     @field_validator("apt")
     @classmethod
     def _apt(cls, packages: list[str]) -> list[str]:
-        import re
-
         for index, package in enumerate(packages):
             if not re.fullmatch(APT_PACKAGE_PATTERN, package):
                 raise ValueError(f"apt.{index}: {package!r} is not a Debian package name")

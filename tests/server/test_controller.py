@@ -37,6 +37,7 @@ from mlyard.server.db import Database
 from mlyard.server.rows import (
     ApiTokenRow,
     AttemptRow,
+    EnvironmentRow,
     JobEventRow,
     JobRow,
     NodeRow,
@@ -210,6 +211,42 @@ def test_nodes_of_a_backend_whose_nodes_change_are_recorded_again(world) -> None
     with database.transaction() as session:
         (node,) = session.scalars(select(NodeRow)).all()
         assert len(node.cpu_ids) == 6
+
+
+def ready_environment(database: Database, name: str, kind: str, built: str) -> None:
+    with database.transaction() as session:
+        session.add(EnvironmentRow(name=name, base="python:3.11-slim", apt=[], kind=kind, content_hash="h" * 64,
+                                   status="ready", image=built, cached=False, created_at=1.0))
+
+
+def test_a_virtualenv_environment_comes_first_on_path_and_an_image_one_becomes_the_image(world) -> None:
+    database, backend, controller = world
+    ready_environment(database, "venv-env", "virtualenv", "/envs/abc")
+    ready_environment(database, "image-env", "image", "localhost/mlyard-env:abc")
+    submit(database, replicas=1, environment="venv-env")
+    controller.reconcile_once()
+    (replica,) = backend.launches[-1].replicas
+    assert replica.env["PATH"].startswith("/envs/abc/bin:") and replica.env["VIRTUAL_ENV"] == "/envs/abc"
+    assert replica.image is None
+    backend.exit(backend.launches[-1], 0, 0)
+    controller.reconcile_once()
+    submit(database, replicas=1, environment="image-env", env={"PATH": "/mine"})
+    controller.reconcile_once()
+    (replica,) = backend.launches[-1].replicas
+    assert replica.image == "localhost/mlyard-env:abc" and replica.env["PATH"] == "/mine"
+
+
+def test_a_job_whose_environment_stopped_being_ready_fails_without_starting(world) -> None:
+    database, backend, controller = world
+    ready_environment(database, "gone-env", "virtualenv", "/envs/gone")
+    job_id = submit(database, replicas=1, environment="gone-env")
+    with database.transaction() as session:
+        session.get(EnvironmentRow, "gone-env").status = "failed"
+    controller.reconcile_once()
+    assert backend.launches == []
+    with database.transaction() as session:
+        job = session.get(JobRow, job_id)
+        assert job.status == "FAILED" and job.message == "environment 'gone-env' is no longer ready to run it"
 
 
 def test_sigterm_goes_out_once_per_stop(world) -> None:
