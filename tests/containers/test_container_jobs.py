@@ -52,6 +52,8 @@ print(f"rank {rank} of {world}: sum of ranks {ranks.item():g}, in step {torch.al
       flush=True)
 if rank == 0:
     torch.save(model.module.state_dict(), os.path.join(os.environ["MLYARD_CHECKPOINT_DIR"], "final.pt"))
+# Both ranks leave together: a rank tearing gloo down while its peer still talks aborts the peer.
+dist.barrier()
 dist.destroy_process_group()
 """
 

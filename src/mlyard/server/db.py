@@ -81,7 +81,9 @@ def insert_if_absent(session: Session, row_class: type, *, unique: Sequence[str]
 def make_engine(url: str) -> Engine:
     url = normalize_url(url)
     if url.startswith("sqlite"):
-        engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 10})
+        # A writer waits this long for another's lock: servers migrating one database together
+        # on a loaded machine hold it for seconds.
+        engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
         event.listen(engine, "connect", _sqlite_pragmas)
         event.listen(engine, "begin", _sqlite_begin)
         return engine
