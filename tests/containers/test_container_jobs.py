@@ -55,6 +55,10 @@ if rank == 0:
 # Both ranks leave together: a rank tearing gloo down while its peer still talks aborts the peer.
 dist.barrier()
 dist.destroy_process_group()
+if rank == 0:  # under torchrun the rendezvous store lives with rank 0's agent: it leaves last
+    import time
+
+    time.sleep(3)
 """
 
 COUNTER = """
