@@ -25,6 +25,7 @@ from container_support import IMAGE, SOCKET, containers_of, engine, require_engi
 pytestmark = pytest.mark.slow
 
 DDP = """
+import gc
 import os
 from datetime import timedelta
 
@@ -52,6 +53,10 @@ print(f"rank {rank} of {world}: sum of ranks {ranks.item():g}, in step {torch.al
       flush=True)
 if rank == 0:
     torch.save(model.module.state_dict(), os.path.join(os.environ["MLYARD_CHECKPOINT_DIR"], "final.pt"))
+# DDP's reducer holds the process group: left to interpreter shutdown, gloo's threads can be
+# destroyed unjoined ("terminate called without an active exception", exit 134).
+del model, optimizer
+gc.collect()
 # Both ranks leave together: a rank tearing gloo down while its peer still talks aborts the peer.
 dist.barrier()
 dist.destroy_process_group()
