@@ -1,13 +1,18 @@
 """An engine that stops answering: its replicas are left unobserved (the controller keeps what
-it knew) while process replicas are observed as ever, and stopping does not fail."""
+it knew) while process replicas are observed as ever, and stopping does not fail; a socket
+file its engine left behind does not hide another engine's."""
 
 from __future__ import annotations
 
 import json
+import socket
 from pathlib import Path
+
+import pytest
 
 from mlyard.backends.base import ReplicaRef
 from mlyard.backends.containers import container_replicas
+from mlyard.backends.containers.engine import default_socket
 from mlyard.backends.local import LocalBackend
 from mlyard.launcher import EXIT_FILE
 
@@ -42,3 +47,20 @@ def test_a_finished_container_replica_is_read_from_its_directory_without_the_eng
     observation = backend.observe([ref])[1]
     assert (observation.state, observation.exit_code, observation.reason) == (
         "exited", 137, "killed for running out of memory")
+
+
+def test_the_default_engine_is_the_first_socket_something_listens_on(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("DOCKER_HOST", raising=False)
+    dead, live, missing = str(tmp_path / "podman.sock"), str(tmp_path / "docker.sock"), str(tmp_path / "none.sock")
+    with socket.socket(socket.AF_UNIX) as left_behind:  # bound, never listening: what a killed engine leaves
+        left_behind.bind(dead)
+    with socket.socket(socket.AF_UNIX) as engine:
+        engine.bind(live)
+        engine.listen()
+        assert default_socket((missing, dead, live)) == f"unix://{live}"
+    # Nothing listens: the first socket that is there, so the error names it.
+    assert default_socket((missing, dead)) == f"unix://{dead}"
+    assert default_socket((missing,)) == f"unix://{missing}"
+    monkeypatch.setenv("DOCKER_HOST", "tcp://engine:2375")
+    assert default_socket((dead, live)) == "tcp://engine:2375"

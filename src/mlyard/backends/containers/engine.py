@@ -7,6 +7,7 @@ Only this module imports `docker`; it holds what the engine answers as plain val
 from __future__ import annotations
 
 import os
+import socket
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
@@ -27,14 +28,27 @@ class EngineError(MlyardError):
     code = "container_engine"
 
 
-def default_socket() -> str:
-    """DOCKER_HOST if set, else the first engine socket that exists here (Podman's, Docker's)."""
+def default_socket(candidates: tuple[str, ...] = DEFAULT_SOCKETS) -> str:
+    """DOCKER_HOST if set, else the first engine socket something listens on (Podman's,
+    Docker's), else the first that exists. A socket file outlives the engine that made it
+    (one killed, or stopped by hand), so a dead Podman socket must not hide a live Docker."""
     if os.environ.get("DOCKER_HOST"):
         return os.environ["DOCKER_HOST"]
-    for candidate in DEFAULT_SOCKETS:
-        if Path(candidate).exists():
+    present = [candidate for candidate in candidates if Path(candidate).exists()]
+    for candidate in present:
+        if _listens(candidate):
             return f"unix://{candidate}"
-    return f"unix://{DEFAULT_SOCKETS[0]}"
+    return f"unix://{(present or list(candidates))[0]}"
+
+
+def _listens(path: str) -> bool:
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as probe:
+        probe.settimeout(1.0)
+        try:
+            probe.connect(path)
+        except OSError:
+            return False
+    return True
 
 
 def socket_url(value: str) -> str:
