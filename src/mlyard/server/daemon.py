@@ -85,6 +85,11 @@ def run_foreground(settings: ServerSettings) -> None:
     except BlockingIOError:
         raise MlyardError(f"another mlyard server is running with MLYARD_HOME={paths.home}") from None
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        _check_backend(settings)
+    except BaseException:
+        lock.close()
+        raise
     paths.server_pid.write_text(str(os.getpid()))
     paths.server_info.write_text(json.dumps({"url": settings.url, "pid": os.getpid()}))
     try:
@@ -93,6 +98,22 @@ def run_foreground(settings: ServerSettings) -> None:
     finally:
         paths.server_pid.unlink(missing_ok=True)
         lock.close()
+
+
+def _check_backend(settings: ServerSettings) -> None:
+    """Raises, as a plain error, what would otherwise stop the app's startup with a traceback
+    from the ASGI server: no cluster for the Kubernetes backend, no engine where containers
+    are required. The app builds its backend again; both are cheap."""
+    if settings.backend == "kubernetes":
+        from mlyard.backends.kubernetes import KubernetesSettings, api_client
+
+        api_client(KubernetesSettings.from_environment()).close()
+    elif settings.runtime == "container":
+        from mlyard.backends.containers import container_replicas
+
+        replicas = container_replicas(settings.runtime, settings.container_socket)
+        if replicas is not None:
+            replicas.close()
 
 
 def start_background(settings: ServerSettings) -> ServerState:
