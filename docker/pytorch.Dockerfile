@@ -7,13 +7,15 @@
 #
 # Build your own image FROM this one to add your project's dependencies, and name it in the
 # job's `image` (or as MLYARD_K8S_IMAGE for every job).
-FROM python:3.11-slim-bookworm AS build
+# The Python the image is built on (a registry's python:3.11-slim-bookworm, or a mirror's).
+ARG PYTHON_IMAGE=python:3.11-slim-bookworm
+FROM ${PYTHON_IMAGE} AS build
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY src ./src
 RUN pip wheel --no-cache-dir --no-deps --wheel-dir /wheels .
 
-FROM python:3.11-slim-bookworm
+FROM ${PYTHON_IMAGE}
 ARG TORCH_VERSION=2.13.0
 RUN groupadd --gid 1000 mlyard \
     && useradd --uid 1000 --gid 1000 --home-dir /home/mlyard --create-home --shell /bin/bash mlyard

@@ -4,13 +4,15 @@
 #
 # It runs as uid/gid 1000, the user job pods run as (MLYARD_K8S_RUN_AS_USER), so both can
 # read and write the shared volume mounted at MLYARD_HOME.
-FROM python:3.11-slim-bookworm AS build
+# The Python the image is built on (a registry's python:3.11-slim-bookworm, or a mirror's).
+ARG PYTHON_IMAGE=python:3.11-slim-bookworm
+FROM ${PYTHON_IMAGE} AS build
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY src ./src
 RUN pip wheel --no-cache-dir --no-deps --wheel-dir /wheels .
 
-FROM python:3.11-slim-bookworm
+FROM ${PYTHON_IMAGE}
 RUN groupadd --gid 1000 mlyard \
     && useradd --uid 1000 --gid 1000 --home-dir /home/mlyard --create-home --shell /usr/sbin/nologin mlyard \
     && mkdir -p /var/lib/mlyard && chown 1000:1000 /var/lib/mlyard

@@ -19,8 +19,8 @@ MIRROR="${DEBIAN_MIRROR:-http://deb.debian.org/debian}"
 # What the image is built from: a change to this script or to the torch pin builds it anew.
 RECIPE="$( (cat "$0"; echo "$TORCH $NUMPY") | sha256sum | cut -c1-16)"
 
-if podman image exists "$IMAGE" \
-    && [[ "$(podman image inspect --format '{{ index .Labels "mlyard.recipe" }}' "$IMAGE")" == "$RECIPE" ]]; then
+source "$(dirname "$0")/rootfs-image.sh"
+if image_is_current "$IMAGE" "$RECIPE"; then
     echo "$IMAGE is up to date (recipe $RECIPE)"
     exit 0
 fi
@@ -50,13 +50,5 @@ find "$SITE/torch/lib" -name '*.a' -delete
 rm -rf "$ROOT"/var/cache/apt/archives/*.deb "$ROOT"/var/lib/apt/lists/* "$ROOT"/usr/share/doc "$ROOT"/usr/share/man
 
 echo "importing $IMAGE"
-replaced="$(podman image inspect --format '{{.Id}}' "$IMAGE" 2>/dev/null || true)"
-tar -C "$ROOT" --numeric-owner -c . | podman import \
-    --change 'CMD ["python3"]' \
-    --change 'ENV PATH=/usr/local/bin:/usr/bin:/bin' \
-    --change "LABEL mlyard.recipe=$RECIPE" \
-    - "$IMAGE" > /dev/null
-if [[ -n "$replaced" ]]; then  # the image an older recipe built, now untagged
-    podman rmi "$replaced" > /dev/null 2>&1 || true
-fi
+import_root "$IMAGE" "$ROOT" "$RECIPE" 'CMD ["python3"]' 'ENV PATH=/usr/local/bin:/usr/bin:/bin'
 podman run --rm --network=host "$IMAGE" python3 -c 'import torch; print("torch", torch.__version__, "in", "'"$IMAGE"'")'

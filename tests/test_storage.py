@@ -367,7 +367,7 @@ def test_rejection_leaves_an_existing_empty_target_empty(tmp_path: Path) -> None
 def test_data_filter_is_a_second_line_of_defence(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, case: str
 ) -> None:
-    import mlyard.storage.archives as archives
+    from mlyard.storage import archives
 
     def accept_everything(archive: tarfile.TarFile) -> list[tarfile.TarInfo]:
         return archive.getmembers()
@@ -428,7 +428,7 @@ def test_truncated_archive_is_rejected(tmp_path: Path) -> None:
 
 
 def test_too_many_members(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import mlyard.storage.archives as archives
+    from mlyard.storage import archives
 
     monkeypatch.setattr(archives, "MAX_ARCHIVE_MEMBERS", 3)
     archive = build_archive(tmp_path / "many.tar.gz", [regular(f"f{index}") for index in range(4)])
@@ -560,3 +560,51 @@ def test_blob_failing_source_leaves_nothing(tmp_path: Path) -> None:
         store.put_stream(broken())
     assert store_files(tmp_path / "blobs") == []
 
+
+
+def member(name: str, kind: bytes, mode: int, data: bytes | None = None) -> tuple[tarfile.TarInfo, bytes | None]:
+    info = tarfile.TarInfo(name)
+    info.type, info.mode, info.uid, info.gid, info.uname, info.gname = kind, mode, 4242, 4242, "someone", "others"
+    return info, data
+
+
+def extracted_modes(root: Path) -> dict[str, tuple[int, int, int]]:
+    return {str(path.relative_to(root)): (path.stat().st_mode & 0o7777, path.stat().st_uid, path.stat().st_gid)
+            for path in sorted(root.rglob("*"))}
+
+
+def test_without_extraction_filters_members_are_extracted_as_the_data_filter_would(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Python 3.11.0-3.11.3 (Debian 12's python3) has neither `data_filter` nor `filter=`.
+    archive = build_archive(tmp_path / "modes.tar.gz", [
+        member("bin", tarfile.DIRTYPE, 0o777),
+        member("bin/setuid-tool", tarfile.REGTYPE, 0o4777, b"#!/bin/sh\n"),
+        member("bin/others-only", tarfile.REGTYPE, 0o007, b"x"),
+        member("shared.txt", tarfile.REGTYPE, 0o666, b"y"),
+        member("secret.txt", tarfile.REGTYPE, 0o000, b"z"),
+    ])
+    filtered = tmp_path / "filtered"
+    extract_snapshot(archive, filtered)
+
+    original_extractall = tarfile.TarFile.extractall
+
+    def extractall_without_filters(self: tarfile.TarFile, path: str = ".", members: object = None, *,
+                                   numeric_owner: bool = False, **unknown: object) -> None:
+        if unknown:
+            raise TypeError(f"extractall() got an unexpected keyword argument {next(iter(unknown))!r}")
+        original_extractall(self, path, members, numeric_owner=numeric_owner, filter="fully_trusted")
+
+    monkeypatch.delattr(tarfile, "data_filter")
+    monkeypatch.setattr(tarfile.TarFile, "extractall", extractall_without_filters)
+    unfiltered = tmp_path / "unfiltered"
+    extract_snapshot(archive, unfiltered)
+
+    modes = extracted_modes(unfiltered)
+    assert modes == extracted_modes(filtered)
+    own = (os.geteuid(), os.getegid())
+    assert modes["bin/setuid-tool"] == (0o755, *own)
+    assert modes["bin/others-only"] == (0o604, *own)
+    assert modes["shared.txt"] == (0o644, *own)
+    assert modes["secret.txt"] == (0o600, *own)
+    assert (unfiltered / "bin" / "setuid-tool").read_bytes() == b"#!/bin/sh\n"

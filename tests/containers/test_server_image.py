@@ -1,0 +1,96 @@
+"""docker/server.Dockerfile builds, and its image serves: a two-replica job submitted with the
+image's own CLI succeeds, and outside a cluster the Kubernetes backend it defaults to is
+refused in one line. Built on a registry-free stand-in for python:3.11-slim-bookworm
+(`scripts/build-python-base-image.sh`): Debian's Python 3.11.2, older than the official
+image's, which the server must run on too."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from conftest import free_port, wait_until
+from container_support import engine, require_engine
+
+pytestmark = pytest.mark.slow
+
+REPOSITORY = Path(__file__).resolve().parents[2]
+BASE = os.environ.get("MLYARD_TEST_PYTHON_IMAGE", "localhost/mlyard-python-base:latest")
+TAG = "localhost/mlyard-server:test"
+JOB = "import os\nprint('replica', os.environ['RANK'], 'of', os.environ['WORLD_SIZE'], flush=True)\n"
+
+
+@pytest.fixture(scope="module")
+def docker() -> Iterator[Any]:
+    require_engine()
+    client = engine()
+    if not client.has_image(BASE):
+        if os.environ.get("MLYARD_REQUIRE_CONTAINERS") == "1":
+            pytest.fail(f"MLYARD_REQUIRE_CONTAINERS=1 but {BASE} is missing: scripts/build-python-base-image.sh")
+        pytest.skip(f"{BASE} is missing: build it with scripts/build-python-base-image.sh")
+    yield client.client
+    client.close()
+
+
+@pytest.fixture(scope="module")
+def server_image(docker: Any) -> str:
+    log = []
+    for chunk in docker.api.build(path=str(REPOSITORY), dockerfile="docker/server.Dockerfile", tag=TAG,
+                                  buildargs={"PYTHON_IMAGE": BASE}, network_mode="host", rm=True,
+                                  forcerm=True, decode=True):
+        log.append(chunk.get("stream") or chunk.get("error") or "")
+        assert "error" not in chunk, "".join(log)[-4000:]
+    return TAG
+
+
+def in_container(container: Any, command: str) -> str:
+    code, output = container.exec_run(["sh", "-c", command])
+    text = output.decode(errors="replace")
+    assert code == 0, f"{command}: exit {code}\n{text}"
+    return text
+
+
+def test_the_server_image_runs_a_distributed_job_with_its_own_cli(docker: Any, server_image: str) -> None:
+    port = free_port()
+    container = docker.containers.run(server_image, detach=True, network_mode="host",
+                                      environment={"MLYARD_PORT": str(port), "MLYARD_BACKEND": "local"})
+    try:
+        wait_until(lambda: _healthy(port), 60, "the server in its image answering /api/v1/health")
+        assert in_container(container, "id -u").strip() == "1000"
+        encoded = base64.b64encode(JOB.encode()).decode()
+        in_container(container, f"mkdir -p /tmp/job && echo {encoded} | base64 -d > /tmp/job/hello.py")
+        submitted = json.loads(in_container(
+            container, "cd /tmp/job && mlyard run --output json --replicas 2 --name hello -- python hello.py"))
+        detail = wait_until(
+            lambda: (shown := json.loads(in_container(container, f"mlyard show {submitted['id']} --output json")))
+            ["status"] in {"SUCCEEDED", "FAILED"} and shown, 60, "the job finishing")
+        assert detail["status"] == "SUCCEEDED", detail["message"]
+        assert in_container(container, f"mlyard logs {submitted['id']} --replica 1").strip() == "replica 1 of 2"
+    finally:
+        container.remove(force=True)
+
+
+def test_the_server_image_outside_a_cluster_says_so(docker: Any, server_image: str) -> None:
+    container = docker.containers.run(server_image, detach=True, network_mode="host",
+                                      environment={"MLYARD_PORT": str(free_port())})
+    try:
+        outcome = container.wait(timeout=60)
+        output = container.logs().decode(errors="replace")
+    finally:
+        container.remove(force=True)
+    assert outcome["StatusCode"] == 1, output
+    assert "error: MLYARD_BACKEND=kubernetes but no cluster to use" in output
+    assert "Traceback" not in output
+
+
+def _healthy(port: int) -> bool:
+    try:
+        return httpx.get(f"http://127.0.0.1:{port}/api/v1/health", timeout=1).is_success
+    except httpx.TransportError:
+        return False
