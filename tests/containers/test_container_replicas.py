@@ -74,6 +74,15 @@ def wait_state(backend: LocalBackend, ref: ReplicaRef, states: tuple[str, ...], 
         time.sleep(0.2)
 
 
+def start_running(backend: LocalBackend, home: Path, command: tuple[str, ...]) -> tuple[ReplicaLaunch, ReplicaRef]:
+    """Launches one replica of `command` and waits until its container runs."""
+    launch, replica = launch_one(home, command)
+    backend.launch(launch)
+    ref = reference(replica)
+    wait_state(backend, ref, ("running",))
+    return replica, ref
+
+
 PROBE = """
 import os, sys
 print("uid", os.getuid(), "cwd", os.getcwd(), flush=True)
@@ -155,10 +164,7 @@ def test_sigterm_reaches_the_command_and_its_container_is_removed(tmp_path: Path
     command = ("python3", "-c", ("import signal, sys, time\n"
                "signal.signal(signal.SIGTERM, lambda *_: (print('terminated', flush=True), sys.exit(143)))\n"
                "print('ready', flush=True)\ntime.sleep(120)"))
-    launch, replica = launch_one(tmp_path, command)
-    backend.launch(launch)
-    ref = reference(replica)
-    wait_state(backend, ref, ("running",))
+    replica, ref = start_running(backend, tmp_path, command)
     wait_for_output(replica.directory, "ready")
     backend.stop([ref], force=False)
     observation = wait_state(backend, ref, ("exited",), timeout=30)
@@ -172,10 +178,7 @@ def test_sigterm_reaches_the_command_and_its_container_is_removed(tmp_path: Path
 def test_sigkill_ends_a_replica_that_ignores_sigterm(tmp_path: Path) -> None:
     backend = local_backend()
     command = ("python3", "-c", "import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\ntime.sleep(120)")
-    launch, replica = launch_one(tmp_path, command)
-    backend.launch(launch)
-    ref = reference(replica)
-    wait_state(backend, ref, ("running",))
+    _, ref = start_running(backend, tmp_path, command)
     backend.stop([ref], force=True)
     # Recorded and removed by the stop itself: it may be the last look at the replica (an
     # attempt a crashed server left half-launched is only stopped, never observed again).
@@ -187,10 +190,7 @@ def test_sigkill_ends_a_replica_that_ignores_sigterm(tmp_path: Path) -> None:
 def test_a_restarted_backend_adopts_a_running_container_and_completes_its_log(tmp_path: Path) -> None:
     first = local_backend()
     command = ("python3", "-c", "import time\nfor i in range(8):\n    print('line', i, flush=True)\n    time.sleep(0.5)")
-    launch, replica = launch_one(tmp_path, command)
-    first.launch(launch)
-    ref = reference(replica)
-    wait_state(first, ref, ("running",))
+    replica, ref = start_running(first, tmp_path, command)
     wait_for_output(replica.directory, "line 1")
     first.close()  # the first server goes away
     # A new backend, as a restarted server makes, knows the replica only from its directory.
@@ -204,10 +204,7 @@ def test_a_restarted_backend_adopts_a_running_container_and_completes_its_log(tm
 
 def test_a_container_removed_behind_the_servers_back_is_lost(tmp_path: Path) -> None:
     backend = local_backend()
-    launch, replica = launch_one(tmp_path, ("sleep", "120"))
-    backend.launch(launch)
-    ref = reference(replica)
-    wait_state(backend, ref, ("running",))
+    _, ref = start_running(backend, tmp_path, ("sleep", "120"))
     [container] = containers_of(str(tmp_path))
     assert backend.containers is not None
     backend.containers.engine.remove(container["Id"])

@@ -700,3 +700,24 @@ def test_a_restarting_job_is_cancelled_at_once_and_a_timeout_is_never_restarted(
     controller.reconcile_once()
     job = job_row(database, timed)
     assert job.status == "FAILED" and "max_runtime" in job.message and job.restart_count == 0
+
+
+def test_an_image_is_checked_at_submission_but_a_retry_gets_its_first_answer(world) -> None:
+    database, _, _ = world
+    spec = JobSpec(name="job", command=["train"], roles=[{"replicas": 1}], image="lab/torch:1")
+    refusals: list[str] = []
+
+    def engine_lacks(image: str) -> str:
+        refusals.append(image)
+        return f"the container engine has no image {image!r}"
+
+    with pytest.raises(InvalidRequest, match="no image 'lab/torch:1'") as refused:
+        jobs.submit(database, ADMIN, spec, wake=lambda: None, check_image=engine_lacks)
+    assert refused.value.field == "image"
+    first = jobs.submit_with_key(database, ADMIN, spec, "k-1", wake=lambda: None, check_image=lambda image: None)
+    # The image is gone by the time the client retries: the retry still gets the job it made.
+    retry = jobs.submit_with_key(database, ADMIN, spec, "k-1", wake=lambda: None, check_image=engine_lacks)
+    assert (retry.replayed, retry.job.id) == (True, first.job.id)
+    assert refusals == ["lab/torch:1"]
+    with pytest.raises(InvalidRequest):
+        jobs.submit_with_key(database, ADMIN, spec, "k-2", wake=lambda: None, check_image=engine_lacks)

@@ -117,13 +117,13 @@ def submit_with_key(
     """`submit`, except that a retry of the same request (same caller, key and spec) returns
     the job the first one created instead of creating another."""
     auth.authorize(principal, auth.Action.WRITE)
-    _check_image(spec, check_image)
     caller = _caller(principal)
     digest = hashlib.sha256(json.dumps(spec.model_dump(mode="json"), sort_keys=True).encode()).hexdigest()
     with database.transaction() as session:
         replayed = _replay(session, caller, idempotency_key, digest)
-    if replayed is not None:
+    if replayed is not None:  # a retry gets the first answer, whatever the engine holds now
         return Submission(job=replayed, replayed=True)
+    _check_image(spec, check_image)
     try:
         info = _insert(database, principal, spec, (caller, idempotency_key, digest))
     except IntegrityError:
