@@ -9,6 +9,8 @@ psycopg 3 (`postgresql+psycopg://…`; `postgresql://` and `postgres://` mean th
 
 from __future__ import annotations
 
+import sqlite3
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -28,6 +30,9 @@ READ_ONLY = "mlyard_read_only"
 """The execution option of `Database.reading` sessions."""
 # Any 64-bit number no other application of the database is likely to use for an advisory lock.
 MIGRATION_LOCK_KEY = 0x6D6C79617264_01  # "mlyard", 1
+SQLITE_LOCK_WAIT_S = 30
+"""How long a SQLite writer waits for another's lock: servers migrating one database together on
+a loaded machine hold it for seconds."""
 
 
 def normalize_url(url: str) -> str:
@@ -50,12 +55,27 @@ def _sqlite_pragmas(dbapi_connection, _record) -> None:
     cursor = dbapi_connection.cursor()
     # WAL lets API readers proceed while the controller writes; the busy timeout turns brief
     # write contention into a wait instead of a "database is locked" error.
-    cursor.execute("PRAGMA journal_mode=WAL")
+    _enable_wal(cursor)
     cursor.execute("PRAGMA busy_timeout=10000")
     cursor.execute("PRAGMA foreign_keys=ON")
     # FULL: a job answered 201 survives a power loss too, not only a crash of the server.
     cursor.execute("PRAGMA synchronous=FULL")
     cursor.close()
+
+
+def _enable_wal(cursor) -> None:
+    # Switching a new database to WAL needs its exclusive lock, and SQLite answers "database is
+    # locked" at once, without calling the busy handler, while another connection (a second
+    # server starting on the same file) holds it: retry for as long as a writer would wait.
+    deadline = time.monotonic() + SQLITE_LOCK_WAIT_S
+    while True:
+        try:
+            cursor.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as error:
+            if "locked" not in str(error) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.02)
 
 
 def _sqlite_begin(connection) -> None:
@@ -81,9 +101,7 @@ def insert_if_absent(session: Session, row_class: type, *, unique: Sequence[str]
 def make_engine(url: str) -> Engine:
     url = normalize_url(url)
     if url.startswith("sqlite"):
-        # A writer waits this long for another's lock: servers migrating one database together
-        # on a loaded machine hold it for seconds.
-        engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
+        engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": SQLITE_LOCK_WAIT_S})
         event.listen(engine, "connect", _sqlite_pragmas)
         event.listen(engine, "begin", _sqlite_begin)
         return engine
