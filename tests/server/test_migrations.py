@@ -10,7 +10,14 @@ from alembic import command
 from alembic.config import Config
 from sqlalchemy import inspect, select, text
 
-from mlyard.server.db import MIGRATIONS, SCHEMA_REVISION, Database, current_revision, make_engine
+from mlyard.server.db import (
+    MIGRATIONS,
+    SCHEMA_REVISION,
+    SQLITE_LOCK_WAIT_S,
+    Database,
+    current_revision,
+    make_engine,
+)
 from mlyard.server.rows import Base, JobEventRow, JobRow, ProjectSnapshotRow, QueueRow
 
 
@@ -134,6 +141,8 @@ def test_new_sqlite_files_opened_by_several_servers_at_once_never_report_locked(
         for database in opened:
             with database.engine.connect() as connection:
                 assert connection.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
+                # Other writers (a server migrating the file) are waited for, not failed at once.
+                assert connection.exec_driver_sql("PRAGMA busy_timeout").scalar() == SQLITE_LOCK_WAIT_S * 1000
             database.close()
     assert failures == []
 

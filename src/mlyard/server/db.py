@@ -56,7 +56,7 @@ def _sqlite_pragmas(dbapi_connection, _record) -> None:
     # WAL lets API readers proceed while the controller writes; the busy timeout turns brief
     # write contention into a wait instead of a "database is locked" error.
     _enable_wal(cursor)
-    cursor.execute("PRAGMA busy_timeout=10000")
+    cursor.execute(f"PRAGMA busy_timeout={SQLITE_LOCK_WAIT_S * 1000}")
     cursor.execute("PRAGMA foreign_keys=ON")
     # FULL: a job answered 201 survives a power loss too, not only a crash of the server.
     cursor.execute("PRAGMA synchronous=FULL")
