@@ -10,12 +10,22 @@
 # The Python the image is built on (a registry's python:3.11-slim-bookworm, or a mirror's).
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm
 FROM ${PYTHON_IMAGE} AS build
+# Where pip finds packages (build arguments, so none of it stays in the image); empty, the
+# base image's pip settings hold. An offline cluster's mirror: --build-arg
+# PIP_INDEX_URL=https://mirror.example/simple; PIP_FIND_LINKS, a page or directory of wheels
+# pip takes first (a CPU-only torch, say).
+ARG PIP_INDEX_URL=
+ARG PIP_EXTRA_INDEX_URL=
+ARG PIP_FIND_LINKS=
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY src ./src
 RUN pip wheel --no-cache-dir --no-deps --wheel-dir /wheels .
 
 FROM ${PYTHON_IMAGE}
+ARG PIP_INDEX_URL=
+ARG PIP_EXTRA_INDEX_URL=
+ARG PIP_FIND_LINKS=
 ARG TORCH_VERSION=2.13.0
 RUN groupadd --gid 1000 mlyard \
     && useradd --uid 1000 --gid 1000 --home-dir /home/mlyard --create-home --shell /bin/bash mlyard

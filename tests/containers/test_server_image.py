@@ -8,45 +8,24 @@ from __future__ import annotations
 
 import base64
 import json
-import os
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 from conftest import free_port, wait_until
-from container_support import engine, require_engine
+from container_support import build_image, docker_fixture  # noqa: F401 - the `docker` fixture
+
+from mlyard.backends.containers import Engine
 
 pytestmark = pytest.mark.slow
 
-REPOSITORY = Path(__file__).resolve().parents[2]
-BASE = os.environ.get("MLYARD_TEST_PYTHON_IMAGE", "localhost/mlyard-python-base:latest")
 TAG = "localhost/mlyard-server:test"
 JOB = "import os\nprint('replica', os.environ['RANK'], 'of', os.environ['WORLD_SIZE'], flush=True)\n"
 
 
 @pytest.fixture(scope="module")
-def docker() -> Iterator[Any]:
-    require_engine()
-    client = engine()
-    if not client.has_image(BASE):
-        if os.environ.get("MLYARD_REQUIRE_CONTAINERS") == "1":
-            pytest.fail(f"MLYARD_REQUIRE_CONTAINERS=1 but {BASE} is missing: scripts/build-python-base-image.sh")
-        pytest.skip(f"{BASE} is missing: build it with scripts/build-python-base-image.sh")
-    yield client.client
-    client.close()
-
-
-@pytest.fixture(scope="module")
-def server_image(docker: Any) -> str:
-    log = []
-    for chunk in docker.api.build(path=str(REPOSITORY), dockerfile="docker/server.Dockerfile", tag=TAG,
-                                  buildargs={"PYTHON_IMAGE": BASE}, network_mode="host", rm=True,
-                                  forcerm=True, decode=True):
-        log.append(chunk.get("stream") or chunk.get("error") or "")
-        assert "error" not in chunk, "".join(log)[-4000:]
-    return TAG
+def server_image(docker: Engine) -> str:
+    return build_image(docker, "docker/server.Dockerfile", TAG)
 
 
 def in_container(container: Any, command: str) -> str:
@@ -56,10 +35,10 @@ def in_container(container: Any, command: str) -> str:
     return text
 
 
-def test_the_server_image_runs_a_distributed_job_with_its_own_cli(docker: Any, server_image: str) -> None:
+def test_the_server_image_runs_a_distributed_job_with_its_own_cli(docker: Engine, server_image: str) -> None:
     port = free_port()
-    container = docker.containers.run(server_image, detach=True, network_mode="host",
-                                      environment={"MLYARD_PORT": str(port), "MLYARD_BACKEND": "local"})
+    container = docker.client.containers.run(server_image, detach=True, network_mode="host",
+                                             environment={"MLYARD_PORT": str(port), "MLYARD_BACKEND": "local"})
     try:
         wait_until(lambda: _healthy(port), 60, "the server in its image answering /api/v1/health")
         assert in_container(container, "id -u").strip() == "1000"
@@ -76,9 +55,9 @@ def test_the_server_image_runs_a_distributed_job_with_its_own_cli(docker: Any, s
         container.remove(force=True)
 
 
-def test_the_server_image_outside_a_cluster_says_so(docker: Any, server_image: str) -> None:
-    container = docker.containers.run(server_image, detach=True, network_mode="host",
-                                      environment={"MLYARD_PORT": str(free_port())})
+def test_the_server_image_outside_a_cluster_says_so(docker: Engine, server_image: str) -> None:
+    container = docker.client.containers.run(server_image, detach=True, network_mode="host",
+                                             environment={"MLYARD_PORT": str(free_port())})
     try:
         outcome = container.wait(timeout=60)
         output = container.logs().decode(errors="replace")
