@@ -18,6 +18,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from mlyard.backends.containers import Engine
@@ -27,6 +28,7 @@ IMAGE = os.environ.get("MLYARD_TEST_IMAGE", "localhost/mlyard-test-base:latest")
 PYTHON_BASE = os.environ.get("MLYARD_TEST_PYTHON_IMAGE", "localhost/mlyard-python-base:latest")
 REQUIRE_VARIABLE = "MLYARD_REQUIRE_CONTAINERS"
 REPOSITORY = Path(__file__).resolve().parents[2]
+SERVER_IMAGE = "localhost/mlyard-server:test"
 
 
 @cache
@@ -57,6 +59,27 @@ def skip_or_fail(reason: str) -> None:
     if os.environ.get(REQUIRE_VARIABLE) == "1":
         pytest.fail(f"{REQUIRE_VARIABLE}=1 but {reason}")
     pytest.skip(reason)
+
+
+@pytest.fixture(scope="module", name="server_image")
+def server_image_fixture(docker: Engine) -> str:
+    """`server_image`: docker/server.Dockerfile built (a module imports this to have it)."""
+    return build_image(docker, "docker/server.Dockerfile", SERVER_IMAGE)
+
+
+def in_container(container: Any, command: str) -> str:
+    """The output of a shell command run in the container, failing the test unless it exits 0."""
+    code, output = container.exec_run(["sh", "-c", command])
+    text = output.decode(errors="replace")
+    assert code == 0, f"{command}: exit {code}\n{text}"
+    return text
+
+
+def server_healthy(port: int) -> bool:
+    try:
+        return httpx.get(f"http://127.0.0.1:{port}/api/v1/health", timeout=1).is_success
+    except httpx.TransportError:
+        return False
 
 
 def build_image(client: Engine, dockerfile: str, tag: str, **buildargs: str) -> str:

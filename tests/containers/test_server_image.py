@@ -8,31 +8,21 @@ from __future__ import annotations
 
 import base64
 import json
-from typing import Any
 
-import httpx
 import pytest
 from conftest import free_port, wait_until
-from container_support import build_image, docker_fixture  # noqa: F401 - the `docker` fixture
+from container_support import (  # noqa: F401 - docker_fixture, server_image_fixture: fixtures
+    docker_fixture,
+    in_container,
+    server_healthy,
+    server_image_fixture,
+)
 
 from mlyard.backends.containers import Engine
 
 pytestmark = pytest.mark.slow
 
-TAG = "localhost/mlyard-server:test"
 JOB = "import os\nprint('replica', os.environ['RANK'], 'of', os.environ['WORLD_SIZE'], flush=True)\n"
-
-
-@pytest.fixture(scope="module")
-def server_image(docker: Engine) -> str:
-    return build_image(docker, "docker/server.Dockerfile", TAG)
-
-
-def in_container(container: Any, command: str) -> str:
-    code, output = container.exec_run(["sh", "-c", command])
-    text = output.decode(errors="replace")
-    assert code == 0, f"{command}: exit {code}\n{text}"
-    return text
 
 
 def test_the_server_image_runs_a_distributed_job_with_its_own_cli(docker: Engine, server_image: str) -> None:
@@ -40,7 +30,7 @@ def test_the_server_image_runs_a_distributed_job_with_its_own_cli(docker: Engine
     container = docker.client.containers.run(server_image, detach=True, network_mode="host",
                                              environment={"MLYARD_PORT": str(port), "MLYARD_BACKEND": "local"})
     try:
-        wait_until(lambda: _healthy(port), 60, "the server in its image answering /api/v1/health")
+        wait_until(lambda: server_healthy(port), 60, "the server in its image answering /api/v1/health")
         assert in_container(container, "id -u").strip() == "1000"
         encoded = base64.b64encode(JOB.encode()).decode()
         in_container(container, f"mkdir -p /tmp/job && echo {encoded} | base64 -d > /tmp/job/hello.py")
@@ -67,9 +57,3 @@ def test_the_server_image_outside_a_cluster_says_so(docker: Engine, server_image
     assert "error: MLYARD_BACKEND=kubernetes but no cluster to use" in output
     assert "Traceback" not in output
 
-
-def _healthy(port: int) -> bool:
-    try:
-        return httpx.get(f"http://127.0.0.1:{port}/api/v1/health", timeout=1).is_success
-    except httpx.TransportError:
-        return False

@@ -1,7 +1,10 @@
 """A small HTTP server answering the part of the Kubernetes API the backend uses, so the real
 `kubernetes` client (request building, `_preload_content=False`, the watch stream) is
 exercised without a cluster. Objects live in memory; a watch streams what `events` holds
-for it, then ends, as the API server does at a watch's timeout."""
+for it, then ends, as the API server does at a watch's timeout.
+
+A `kubelet` (see tests/containers/stand_in_cluster.py), when set, is told of pods created and
+deletions asked for, and serves pod logs; without one, tests set objects and events themselves."""
 
 from __future__ import annotations
 
@@ -26,6 +29,7 @@ class FakeApiServer:
         self.events: queue.Queue = queue.Queue()
         self.version = 100
         self.lock = threading.Lock()
+        self.kubelet: Any = None
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -58,7 +62,8 @@ class FakeApiServer:
                 if name and match["log"]:
                     if (kind, name) not in server.objects:
                         return self._not_found("pods", name)
-                    return self._send(200, f"log of {name}\n".encode(), "text/plain")
+                    text = server.kubelet.log(name, query) if server.kubelet else f"log of {name}\n".encode()
+                    return self._send(200, text, "text/plain")
                 if name:
                     if (kind, name) not in server.objects:
                         return self._not_found(match["kind"], name)
@@ -104,6 +109,8 @@ class FakeApiServer:
                     if kind == "pod":
                         body["status"] = {"phase": "Pending", "qosClass": "Guaranteed"}
                     server.objects[(kind, name)] = body
+                if server.kubelet:
+                    server.kubelet.created(kind, body)
                 return self._send(201, body)
 
             def do_DELETE(self):
@@ -113,6 +120,8 @@ class FakeApiServer:
                 kind, name = match["kind"][:-1], match["name"]
                 if (kind, name) not in server.objects:
                     return self._not_found(match["kind"], name)
+                if server.kubelet:
+                    return self._send(200, server.kubelet.deleting(kind, name, parse_qs(url.query)))
                 return self._send(200, server.objects.pop((kind, name)))
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)

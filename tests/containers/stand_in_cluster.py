@@ -1,0 +1,237 @@
+"""A one-node stand-in for a Kubernetes cluster, where none can run: the part of the API that
+mlyard's backend uses (`k8s_api_server.FakeApiServer`, which the official client talks HTTP
+to) with a kubelet that runs each created pod as a container on the engine, the way a kubelet
+starts it (`container_arguments`), and reports what becomes of it in the API's shapes
+(tests/kubernetes/pods holds recorded ones): Pending, Running, then Succeeded or Failed with the
+exit code and reason (OOMKilled included); a deletion marks the pod, stops its container
+with the grace period asked for, then removes it; deleting a Service deletes what it owns.
+
+What it leaves out: scheduling (every pod runs here, whatever its affinity), Services and the
+cluster's DNS (pods share this machine's network and their peers' names resolve to
+127.0.0.1, so the backend needs a free MLYARD_K8S_PORT), image pulls, probes and restarts.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import threading
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+import docker.errors
+from k8s_api_server import FakeApiServer
+
+from mlyard.backends.containers import Engine
+from mlyard.backends.kubernetes.entrypoint import peers
+
+NODE = "stand-in-node"
+LABEL = "mlyard.test.stand-in-pod"
+
+
+def container_arguments(pod: dict[str, Any], secrets: dict[str, dict[str, str]], shared: Path) -> dict[str, Any]:
+    """`containers.create` arguments for the pod's one container: its command, environment (the
+    Secret's values put in), user and group, capabilities, privilege escalation, limits, the
+    shared claim bound from `shared` and a memory-backed emptyDir as tmpfs."""
+    spec = pod["spec"]
+    (container,) = spec["containers"]
+    environment = {}
+    for variable in container.get("env", ()):
+        if "valueFrom" in variable:
+            reference = variable["valueFrom"]["secretKeyRef"]
+            environment[variable["name"]] = secrets[reference["name"]][reference["key"]]
+        else:
+            environment[variable["name"]] = variable["value"]
+    volumes = {volume["name"]: volume for volume in spec.get("volumes", ())}
+    binds, tmpfs = {}, {}
+    for mount in container.get("volumeMounts", ()):
+        volume = volumes[mount["name"]]
+        if "persistentVolumeClaim" in volume:
+            binds[str(shared)] = {"bind": mount["mountPath"], "mode": "ro" if mount.get("readOnly") else "rw"}
+        elif volume.get("emptyDir", {}).get("medium") == "Memory":
+            tmpfs[mount["mountPath"]] = f"size={volume['emptyDir']['sizeLimit']}"
+        else:
+            raise ValueError(f"the stand-in kubelet has no volume like {volume}")
+    pod_security, security = spec.get("securityContext", {}), container.get("securityContext", {})
+    user = pod_security.get("runAsUser")
+    if pod_security.get("runAsNonRoot") and not user:
+        raise ValueError("runAsNonRoot without runAsUser: a kubelet checks the image's user, this one refuses")
+    limits = container.get("resources", {}).get("limits", {})
+    api_host = urlparse(environment.get("MLYARD_API", "")).hostname
+    return {
+        "image": container["image"], "entrypoint": container["command"], "command": container.get("args", []),
+        "environment": environment, "user": f"{user}:{pod_security.get('runAsGroup', user)}" if user else None,
+        "cap_drop": security.get("capabilities", {}).get("drop"),
+        "security_opt": [] if security.get("allowPrivilegeEscalation", True) else ["no-new-privileges"],
+        "privileged": bool(security.get("privileged")),
+        "mem_limit": int(limits["memory"]) if "memory" in limits else None,
+        "nano_cpus": int(float(limits["cpu"]) * 1e9) if "cpu" in limits else None,
+        "volumes": binds, "tmpfs": tmpfs, "network_mode": "host",
+        # The cluster's DNS, as far as a pod needs it: its peers' names, and the API's.
+        "extra_hosts": {host: "127.0.0.1" for host in [*peers(environment), api_host] if host},
+        "labels": {LABEL: pod["metadata"]["name"]},
+    }
+
+
+def node_object(cpus: int, memory_bytes: int) -> dict[str, Any]:
+    return {
+        "kind": "Node", "apiVersion": "v1",
+        "metadata": {"name": NODE, "uid": "00000000-0000-4000-8000-000000000001", "resourceVersion": "1",
+                     "labels": {"kubernetes.io/hostname": NODE, "kubernetes.io/os": "linux"}},
+        "spec": {},
+        "status": {
+            "capacity": {"cpu": str(cpus), "memory": str(memory_bytes), "pods": "110"},
+            "allocatable": {"cpu": str(cpus), "memory": str(memory_bytes), "pods": "110"},
+            "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
+                            "message": "kubelet is posting ready status"}],
+            "addresses": [{"type": "InternalIP", "address": "127.0.0.1"}, {"type": "Hostname", "address": NODE}],
+        },
+    }
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _engine_time(text: str | None) -> str:
+    """The engine's nanosecond RFC 3339 time in the API's whole seconds."""
+    return (text or _now())[:19] + "Z"
+
+
+class StandInCluster:
+    def __init__(self, engine: Engine, shared: Path, *, cpus: int = 4, memory_bytes: int = 8 * 2**30):
+        self.engine = engine
+        self.shared = shared
+        self.api = FakeApiServer()
+        self.api.nodes = [node_object(cpus, memory_bytes)]
+        self.api.kubelet = self
+        self.url = self.api.url
+        self._containers: dict[str, Any] = {}
+        self._deleting: set[str] = set()
+
+    def write_kubeconfig(self, path: Path, namespace: str = "mlyard") -> Path:
+        path.write_text(
+            "apiVersion: v1\nkind: Config\n"
+            f"clusters:\n- name: stand-in\n  cluster:\n    server: {self.url}\n"
+            "users:\n- name: stand-in\n  user:\n    token: stand-in\n"
+            f"contexts:\n- name: stand-in\n  context:\n    cluster: stand-in\n    user: stand-in\n"
+            f"    namespace: {namespace}\ncurrent-context: stand-in\n")
+        return path
+
+    def pods(self) -> list[dict[str, Any]]:
+        with self.api.lock:
+            return [copy.deepcopy(o) for (kind, _), o in self.api.objects.items() if kind == "pod"]
+
+    def containers(self) -> list[Any]:
+        """The engine's containers of this cluster's pods, running or not."""
+        return self.engine.client.containers.list(all=True, filters={"label": LABEL})
+
+    def close(self) -> None:
+        for container in self.containers():
+            container.remove(force=True)
+        self.api.close()
+
+    # ------------------------------------------------------------- called by the API server
+    def created(self, kind: str, body: dict[str, Any]) -> None:
+        if kind == "pod":
+            self._publish("ADDED", body)
+            threading.Thread(target=self._run, args=(body["metadata"]["name"],), daemon=True).start()
+
+    def deleting(self, kind: str, name: str, query: dict[str, list[str]]) -> dict[str, Any]:
+        with self.api.lock:
+            found = self.api.objects[(kind, name)]
+            if kind != "pod":
+                del self.api.objects[(kind, name)]
+        if kind == "service":
+            self._delete_owned_by(found["metadata"]["uid"])
+            return found
+        if kind != "pod":
+            return found
+        grace = int(query.get("gracePeriodSeconds", [found["spec"].get("terminationGracePeriodSeconds", 30)])[0])
+        with self.api.lock:
+            found["metadata"].setdefault("deletionTimestamp", _now())
+            found["metadata"]["deletionGracePeriodSeconds"] = grace
+            self._deleting.add(name)
+        self._publish("MODIFIED", found)
+        threading.Thread(target=self._terminate, args=(name, grace), daemon=True).start()
+        return found
+
+    def log(self, name: str, query: dict[str, list[str]]) -> bytes:
+        container = self._containers.get(name)
+        if container is None:
+            return b""
+        tail = query.get("tailLines", ["all"])[0]
+        return container.logs(tail=int(tail) if tail != "all" else "all")
+
+    # ------------------------------------------------------------- the kubelet
+    def _run(self, name: str) -> None:
+        with self.api.lock:
+            pod = copy.deepcopy(self.api.objects.get(("pod", name)))
+            secrets = {secret: self._secret_values(o) for (kind, secret), o in self.api.objects.items()
+                       if kind == "secret"}
+        if pod is None or name in self._deleting:
+            return
+        try:
+            container = self.engine.client.containers.create(**container_arguments(pod, secrets, self.shared))
+            self._containers[name] = container
+            container.start()
+        except (docker.errors.APIError, ValueError, KeyError) as error:
+            self._set_status(name, "Pending", {"waiting": {"reason": "CreateContainerError", "message": str(error)}})
+            return
+        container.reload()
+        started = _engine_time(container.attrs["State"].get("StartedAt"))
+        self._set_status(name, "Running", {"running": {"startedAt": started}}, ready=True)
+        container.wait()
+        container.reload()
+        state = container.attrs["State"]
+        code = int(state.get("ExitCode", -1))
+        reason = "OOMKilled" if state.get("OOMKilled") else ("Completed" if code == 0 else "Error")
+        self._set_status(name, "Succeeded" if code == 0 else "Failed", {"terminated": {
+            "exitCode": code, "reason": reason, "startedAt": started,
+            "finishedAt": _engine_time(state.get("FinishedAt"))}})
+
+    def _terminate(self, name: str, grace: int) -> None:
+        container = self._containers.get(name)
+        if container is not None:
+            try:
+                container.stop(timeout=grace)
+                container.wait()
+            except docker.errors.NotFound:
+                pass
+        with self.api.lock:
+            gone = self.api.objects.pop(("pod", name), None)
+        if gone is not None:
+            self._publish("DELETED", gone)
+
+    def _delete_owned_by(self, uid: str) -> None:
+        with self.api.lock:
+            owned = [(kind, name) for (kind, name), o in self.api.objects.items()
+                     if any(owner.get("uid") == uid for owner in o["metadata"].get("ownerReferences") or ())]
+        for kind, name in owned:
+            self.deleting(kind, name, {})
+
+    def _set_status(self, name: str, phase: str, state: dict[str, Any], *, ready: bool = False) -> None:
+        with self.api.lock:
+            pod = self.api.objects.get(("pod", name))
+            if pod is None:
+                return
+            (container,) = pod["spec"]["containers"]
+            pod["status"] = {
+                "phase": phase, "hostIP": "127.0.0.1", "podIP": "127.0.0.1", "startTime": _now(),
+                "qosClass": "Guaranteed",
+                "containerStatuses": [{"name": container["name"], "image": container["image"], "ready": ready,
+                                       "restartCount": 0, "started": "running" in state, "state": state}]}
+        self._publish("MODIFIED", pod)
+
+    def _publish(self, kind: str, pod: dict[str, Any]) -> None:
+        with self.api.lock:
+            self.api.version += 1
+            pod["metadata"]["resourceVersion"] = str(self.api.version)
+            self.api.events.put({"type": kind, "object": copy.deepcopy(pod)})
+
+    @staticmethod
+    def _secret_values(secret: dict[str, Any]) -> dict[str, str]:
+        values = {key: base64.b64decode(value).decode() for key, value in (secret.get("data") or {}).items()}
+        return {**values, **(secret.get("stringData") or {})}
