@@ -10,7 +10,8 @@
   one-node stand-in cluster (`stand_in_cluster.py`: the API through the official client, pods
   as containers in the PyTorch image): a 2-replica DDP job from an uploaded snapshot reports
   its metrics with its job token and succeeds; its logs come through the pods' API; a cancelled
-  job's pod is deleted and its container stopped.
+  job's pod is deleted and its container stopped; a job whose server is killed keeps running in
+  its pod and is adopted by the next server.
 
 No real cluster is involved: scheduling, Services, DNS and the API server itself are covered by
 recorded objects in tests/kubernetes and on a real cluster by test_k8s_e2e.py. The pods share
@@ -161,51 +162,92 @@ dist.destroy_process_group()
 """
 
 
-def test_the_server_image_runs_jobs_as_pods_on_a_stand_in_cluster(
-    docker: Engine, pytorch_image: str, server_image: str, tmp_path: Path
-) -> None:
+class ServerOnStandIn:
+    """The server image with MLYARD_BACKEND=kubernetes (its default), its home on the stand-in
+    cluster's shared volume, as deploy/kubernetes runs it; `cli` runs the image's own CLI."""
+
+    def __init__(self, docker: Engine, image: str, pytorch_image: str, cluster: StandInCluster, kubeconfig: Path):
+        self.docker, self.image, self.cluster = docker, image, cluster
+        self.port = free_port()
+        self.volumes = {str(cluster.shared): {"bind": "/var/lib/mlyard", "mode": "rw"},
+                        str(kubeconfig): {"bind": "/etc/mlyard/kubeconfig", "mode": "ro"}}
+        self.environment = {"MLYARD_PORT": str(self.port), "MLYARD_K8S_KUBECONFIG": "/etc/mlyard/kubeconfig",
+                            "MLYARD_K8S_IMAGE": pytorch_image, "MLYARD_K8S_PORT": str(free_port()),
+                            "MLYARD_JOB_API_URL": f"http://127.0.0.1:{self.port}"}
+        self.container: Any = None
+
+    def start(self) -> None:
+        self.container = self.docker.client.containers.run(
+            self.image, detach=True, network_mode="host", volumes=self.volumes, environment=self.environment)
+        wait_until(lambda: server_healthy(self.port), 60, "the server in its image answering /api/v1/health")
+        in_container(self.container, "mkdir -p /tmp/job")
+
+    def crash(self) -> None:
+        self.container.remove(force=True)  # SIGKILL: nothing of the server's shutdown runs
+
+    def cli(self, command: str, arguments: str = "") -> Any:
+        return json.loads(in_container(self.container, f"cd /tmp/job && mlyard {command} --output json {arguments}"))
+
+    def finished(self, job: int, timeout: float = 240) -> dict[str, Any]:
+        detail = wait_until(lambda: (shown := self.cli("show", str(job)))["status"] in
+                            {"SUCCEEDED", "FAILED", "CANCELLED"} and shown, timeout, f"job {job} finishing")
+        return detail
+
+    def log(self) -> str:
+        return self.container.logs().decode(errors="replace")[-3000:]
+
+
+@pytest.fixture
+def stand_in(docker: Engine, pytorch_image: str, server_image: str, tmp_path: Path) -> Iterator[ServerOnStandIn]:
     shared = tmp_path / "shared"
     shared.mkdir()
     os.chown(shared, RUN_AS, RUN_AS)
     cluster = StandInCluster(docker, shared)
     kubeconfig = cluster.write_kubeconfig(tmp_path / "kubeconfig")
     kubeconfig.chmod(0o644)
-    port = free_port()
-    server = docker.client.containers.run(
-        server_image, detach=True, network_mode="host",
-        volumes={str(shared): {"bind": "/var/lib/mlyard", "mode": "rw"},
-                 str(kubeconfig): {"bind": "/etc/mlyard/kubeconfig", "mode": "ro"}},
-        environment={"MLYARD_PORT": str(port), "MLYARD_K8S_KUBECONFIG": "/etc/mlyard/kubeconfig",
-                     "MLYARD_K8S_IMAGE": pytorch_image, "MLYARD_K8S_PORT": str(free_port()),
-                     "MLYARD_JOB_API_URL": f"http://127.0.0.1:{port}"})
+    server = ServerOnStandIn(docker, server_image, pytorch_image, cluster, kubeconfig)
     try:
-        wait_until(lambda: server_healthy(port), 60, "the server in its image answering /api/v1/health")
-
-        def cli(command: str, arguments: str = "") -> Any:
-            return json.loads(in_container(server, f"cd /tmp/job && mlyard {command} --output json {arguments}"))
-
-        def finished(job: int) -> dict[str, Any]:
-            return wait_until(lambda: (shown := cli("show", str(job)))["status"] in {"SUCCEEDED", "FAILED", "CANCELLED"}
-                              and shown, 240, f"job {job} finishing")
-
-        encoded = base64.b64encode(DDP_JOB.encode()).decode()
-        in_container(server, f"mkdir -p /tmp/job && echo {encoded} | base64 -d > /tmp/job/train.py")
-        job = cli("run", "--replicas 2 --cpus 1 --memory 1Gi --name ddp -- python train.py")["id"]
-        detail = finished(job)
-        assert detail["status"] == "SUCCEEDED", (detail, server.logs().decode(errors="replace")[-3000:])
-        pods = cluster.pods()
-        assert [(pod["status"]["phase"], pod["spec"]["containers"][0]["image"]) for pod in pods] == [
-            ("Succeeded", pytorch_image), ("Succeeded", pytorch_image)]
-        assert NODE in json.dumps(cli("nodes"))  # the inventory comes from Node objects
-        assert "rank 1 of 2: sum 3" in in_container(server, f"mlyard logs {job} --replica 1")
-        assert "total" in json.dumps(cli("metrics", str(job)))  # reported with the job's token from its Secret
-
-        sleeper = cli("run", "--no-code --name sleeper -- python -c 'import time; time.sleep(600)'")["id"]
-        wait_until(lambda: cli("show", str(sleeper))["status"] == "RUNNING", 120, "the sleeper running")
-        in_container(server, f"mlyard cancel {sleeper}")
-        assert finished(sleeper)["status"] == "CANCELLED"
-        wait_until(lambda: len(cluster.pods()) == 2, 60, "the cancelled job's pod deleted")
-        assert not [container for container in cluster.containers() if container.status == "running"]
+        server.start()
+        yield server
     finally:
-        server.remove(force=True)
+        if server.container is not None:
+            server.container.remove(force=True)
         cluster.close()
+
+
+def test_the_server_image_runs_jobs_as_pods_on_a_stand_in_cluster(stand_in: ServerOnStandIn,
+                                                                   pytorch_image: str) -> None:
+    server, cluster = stand_in, stand_in.cluster
+    encoded = base64.b64encode(DDP_JOB.encode()).decode()
+    in_container(server.container, f"echo {encoded} | base64 -d > /tmp/job/train.py")
+    job = server.cli("run", "--replicas 2 --cpus 1 --memory 1Gi --name ddp -- python train.py")["id"]
+    detail = server.finished(job)
+    assert detail["status"] == "SUCCEEDED", (detail, server.log())
+    assert [(pod["status"]["phase"], pod["spec"]["containers"][0]["image"]) for pod in cluster.pods()] == [
+        ("Succeeded", pytorch_image), ("Succeeded", pytorch_image)]
+    assert NODE in json.dumps(server.cli("nodes"))  # the inventory comes from Node objects
+    assert "rank 1 of 2: sum 3" in in_container(server.container, f"mlyard logs {job} --replica 1")
+    assert "total" in json.dumps(server.cli("metrics", str(job)))  # reported with the job's token from its Secret
+
+    sleeper = server.cli("run", "--no-code --name sleeper -- python -c 'import time; time.sleep(600)'")["id"]
+    wait_until(lambda: server.cli("show", str(sleeper))["status"] == "RUNNING", 120, "the sleeper running")
+    in_container(server.container, f"mlyard cancel {sleeper}")
+    assert server.finished(sleeper)["status"] == "CANCELLED"
+    wait_until(lambda: len(cluster.pods()) == 2, 60, "the cancelled job's pod deleted")
+    assert not [container for container in cluster.containers() if container.status == "running"]
+
+
+def test_a_job_outlives_a_crash_of_the_server_and_is_adopted_by_the_next(stand_in: ServerOnStandIn) -> None:
+    server, cluster = stand_in, stand_in.cluster
+    script = "import time; print('started', flush=True); time.sleep(20); print('finished', flush=True)"
+    job = server.cli("run", f'--no-code --name survivor -- python -c "{script}"')["id"]
+    wait_until(lambda: server.cli("show", str(job))["status"] == "RUNNING", 120, "the job running")
+    (pod,) = cluster.pods()
+    server.crash()
+    assert [container.status for container in cluster.containers()] == ["running"], "the pod died with the server"
+    server.start()
+    detail = server.finished(job)
+    assert detail["status"] == "SUCCEEDED", (detail, server.log())
+    (after,) = cluster.pods()
+    assert after["metadata"]["uid"] == pod["metadata"]["uid"], "the job ran again in a new pod instead of being adopted"
+    assert "finished" in in_container(server.container, f"mlyard logs {job}")
