@@ -141,7 +141,9 @@ class StandInCluster:
 
     def deleting(self, kind: str, name: str, query: dict[str, list[str]]) -> dict[str, Any]:
         with self.api.lock:
-            found = self.api.objects[(kind, name)]
+            found = self.api.objects.get((kind, name))
+            if found is None:  # deleted meanwhile by another request
+                return {"kind": "Status", "apiVersion": "v1", "status": "Success"}
             if kind != "pod":
                 del self.api.objects[(kind, name)]
         if kind == "service":
@@ -177,6 +179,8 @@ class StandInCluster:
             container = self.engine.client.containers.create(**container_arguments(pod, secrets, self.shared))
             self._containers[name] = container
             container.start()
+            if name in self._deleting:  # deleted while its container was being made
+                container.stop(timeout=0)
         except (docker.errors.APIError, ValueError, KeyError) as error:
             self._set_status(name, "Pending", {"waiting": {"reason": "CreateContainerError", "message": str(error)}})
             return

@@ -93,21 +93,28 @@ def test_times_keep_double_precision(database_url: str) -> None:
         database.close()
 
 
-def test_servers_starting_together_on_an_empty_database_both_get_the_schema(database_url: str) -> None:
+def open_together(url: str, servers: int = 3) -> tuple[list[Database], list[BaseException]]:
+    """`Database.open` from several threads at once, as servers starting together do: the
+    databases opened and the errors raised."""
     opened: list[Database] = []
     failures: list[BaseException] = []
 
     def open_database() -> None:
         try:
-            opened.append(Database.open(database_url))
+            opened.append(Database.open(url))
         except BaseException as error:  # noqa: BLE001 - collected for the assertion
             failures.append(error)
 
-    threads = [threading.Thread(target=open_database) for _ in range(3)]
+    threads = [threading.Thread(target=open_database) for _ in range(servers)]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join(timeout=60)
+    return opened, failures
+
+
+def test_servers_starting_together_on_an_empty_database_both_get_the_schema(database_url: str) -> None:
+    opened, failures = open_together(database_url)
     try:
         assert failures == []
         assert len(opened) == 3
@@ -124,20 +131,8 @@ def test_new_sqlite_files_opened_by_several_servers_at_once_never_report_locked(
     is lost in a few per cent of starts, so it is run on many fresh files."""
     failures: list[BaseException] = []
     for round_ in range(25):
-        url = f"sqlite:///{tmp_path / f'round-{round_}.db'}"
-        opened: list[Database] = []
-
-        def open_database(url: str = url, opened: list[Database] = opened) -> None:
-            try:
-                opened.append(Database.open(url))
-            except BaseException as error:  # noqa: BLE001 - collected for the assertion
-                failures.append(error)
-
-        threads = [threading.Thread(target=open_database) for _ in range(3)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join(timeout=60)
+        opened, failed = open_together(f"sqlite:///{tmp_path / f'round-{round_}.db'}")
+        failures += failed
         for database in opened:
             with database.engine.connect() as connection:
                 assert connection.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
