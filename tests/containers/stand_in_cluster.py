@@ -136,7 +136,7 @@ class StandInCluster:
     # ------------------------------------------------------------- called by the API server
     def created(self, kind: str, body: dict[str, Any]) -> None:
         if kind == "pod":
-            self._publish("ADDED", body)
+            self.api.publish("ADDED", body)
             threading.Thread(target=self._run, args=(body["metadata"]["name"],), daemon=True).start()
 
     def deleting(self, kind: str, name: str, query: dict[str, list[str]]) -> dict[str, Any]:
@@ -156,7 +156,7 @@ class StandInCluster:
             found["metadata"].setdefault("deletionTimestamp", _now())
             found["metadata"]["deletionGracePeriodSeconds"] = grace
             self._deleting.add(name)
-        self._publish("MODIFIED", found)
+        self.api.publish("MODIFIED", found)
         threading.Thread(target=self._terminate, args=(name, grace), daemon=True).start()
         return found
 
@@ -207,7 +207,7 @@ class StandInCluster:
         with self.api.lock:
             gone = self.api.objects.pop(("pod", name), None)
         if gone is not None:
-            self._publish("DELETED", gone)
+            self.api.publish("DELETED", gone)
 
     def _delete_owned_by(self, uid: str) -> None:
         with self.api.lock:
@@ -227,13 +227,8 @@ class StandInCluster:
                 "qosClass": "Guaranteed",
                 "containerStatuses": [{"name": container["name"], "image": container["image"], "ready": ready,
                                        "restartCount": 0, "started": "running" in state, "state": state}]}
-        self._publish("MODIFIED", pod)
+        self.api.publish("MODIFIED", pod)
 
-    def _publish(self, kind: str, pod: dict[str, Any]) -> None:
-        with self.api.lock:
-            self.api.version += 1
-            pod["metadata"]["resourceVersion"] = str(self.api.version)
-            self.api.events.put({"type": kind, "object": copy.deepcopy(pod)})
 
     @staticmethod
     def _secret_values(secret: dict[str, Any]) -> dict[str, str]:

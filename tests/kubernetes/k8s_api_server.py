@@ -4,14 +4,19 @@ exercised without a cluster. Objects live in memory; a watch streams what `event
 for it, then ends, as the API server does at a watch's timeout.
 
 A `kubelet` (see tests/containers/stand_in_cluster.py), when set, is told of pods created and
-deletions asked for, and serves pod logs; without one, tests set objects and events themselves."""
+deletions asked for, and serves pod logs; without one, tests set objects and events themselves.
+What a kubelet changes it `publish`es: those events are kept, and every watch gets each one
+after the resourceVersion it asked from, as from the real API server (a watch of a client
+that has died takes nothing from the next one)."""
 
 from __future__ import annotations
 
+import copy
 import json
 import queue
 import re
 import threading
+import time
 import uuid
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -30,6 +35,9 @@ class FakeApiServer:
         self.version = 100
         self.lock = threading.Lock()
         self.kubelet: Any = None
+        self.published: list[dict[str, Any]] = []
+        self._changed = threading.Condition(self.lock)
+        self._closing = False
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -65,16 +73,23 @@ class FakeApiServer:
                     text = server.kubelet.log(name, query) if server.kubelet else f"log of {name}\n".encode()
                     return self._send(200, text, "text/plain")
                 if name:
-                    if (kind, name) not in server.objects:
+                    with server.lock:
+                        found = copy.deepcopy(server.objects.get((kind, name)))
+                    if found is None:
                         return self._not_found(match["kind"], name)
-                    return self._send(200, server.objects[(kind, name)])
+                    return self._send(200, found)
                 if query.get("watch") == ["true"]:
+                    if server.kubelet:
+                        return self._watch_published(int(query.get("resourceVersion", ["0"])[0] or 0),
+                                                     float(query.get("timeoutSeconds", ["300"])[0]))
                     return self._watch()
                 wanted = dict(p.split("=", 1) for p in query.get("labelSelector", [""])[0].split(",") if p)
-                items = [o for (k, _), o in server.objects.items()
-                         if k == kind and wanted.items() <= o["metadata"].get("labels", {}).items()]
-                return self._send(200, {"kind": "List", "apiVersion": "v1",
-                                        "metadata": {"resourceVersion": str(server.version)}, "items": items})
+                with server.lock:  # the items and the version they are at, together
+                    items = [o for (k, _), o in server.objects.items()
+                             if k == kind and wanted.items() <= o["metadata"].get("labels", {}).items()]
+                    listed = json.dumps({"kind": "List", "apiVersion": "v1",
+                                         "metadata": {"resourceVersion": str(server.version)}, "items": items})
+                return self._send(200, listed.encode())
 
             def _watch(self):
                 self.send_response(200)
@@ -92,6 +107,29 @@ class FakeApiServer:
                     self.wfile.write(f"{len(line):x}\r\n".encode() + line + b"\r\n")
                     self.wfile.flush()
                 self.wfile.write(b"0\r\n\r\n")
+
+            def _watch_published(self, since: int, timeout: float):
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Transfer-Encoding", "chunked")
+                self.end_headers()
+                deadline = time.monotonic() + timeout
+                try:
+                    while time.monotonic() < deadline and not server._closing:
+                        with server._changed:
+                            pending = [event for event in server.published
+                                       if int(event["object"]["metadata"]["resourceVersion"]) > since]
+                            if not pending:
+                                server._changed.wait(0.5)
+                                continue
+                        for event in pending:
+                            line = json.dumps(event).encode() + b"\n"
+                            self.wfile.write(f"{len(line):x}\r\n".encode() + line + b"\r\n")
+                            since = int(event["object"]["metadata"]["resourceVersion"])
+                        self.wfile.flush()
+                    self.wfile.write(b"0\r\n\r\n")
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # the client is gone
 
             def do_POST(self):
                 server.requests.append(("POST", self.path))
@@ -129,7 +167,18 @@ class FakeApiServer:
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
         threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
 
+    def publish(self, kind: str, body: dict[str, Any]) -> None:
+        """Gives `body` the next resourceVersion and tells every watch of it (a copy)."""
+        with self._changed:
+            self.version += 1
+            body["metadata"]["resourceVersion"] = str(self.version)
+            self.published.append({"type": kind, "object": copy.deepcopy(body)})
+            self._changed.notify_all()
+
     def close(self) -> None:
+        with self._changed:
+            self._closing = True
+            self._changed.notify_all()
         self.events.put(None)
         self.httpd.shutdown()
         self.httpd.server_close()
