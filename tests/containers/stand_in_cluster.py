@@ -75,6 +75,12 @@ def container_arguments(pod: dict[str, Any], secrets: dict[str, dict[str, str]],
     }
 
 
+def secret_values(secret: dict[str, Any]) -> dict[str, str]:
+    """A Secret's values as a pod's environment gets them: `data` decoded, `stringData` as written."""
+    values = {key: base64.b64decode(value).decode() for key, value in (secret.get("data") or {}).items()}
+    return {**values, **(secret.get("stringData") or {})}
+
+
 def node_object(cpus: int, memory_bytes: int) -> dict[str, Any]:
     return {
         "kind": "Node", "apiVersion": "v1",
@@ -171,7 +177,7 @@ class StandInCluster:
     def _run(self, name: str) -> None:
         with self.api.lock:
             pod = copy.deepcopy(self.api.objects.get(("pod", name)))
-            secrets = {secret: self._secret_values(o) for (kind, secret), o in self.api.objects.items()
+            secrets = {secret: secret_values(o) for (kind, secret), o in self.api.objects.items()
                        if kind == "secret"}
         if pod is None or name in self._deleting:
             return
@@ -228,9 +234,3 @@ class StandInCluster:
                 "containerStatuses": [{"name": container["name"], "image": container["image"], "ready": ready,
                                        "restartCount": 0, "started": "running" in state, "state": state}]}
         self.api.publish("MODIFIED", pod)
-
-
-    @staticmethod
-    def _secret_values(secret: dict[str, Any]) -> dict[str, str]:
-        values = {key: base64.b64decode(value).decode() for key, value in (secret.get("data") or {}).items()}
-        return {**values, **(secret.get("stringData") or {})}

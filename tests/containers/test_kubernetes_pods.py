@@ -48,7 +48,7 @@ from container_support import (  # noqa: F401 - docker_fixture, server_image_fix
     skip_or_fail,
 )
 from k8s_support import Placement, attempt, backend
-from stand_in_cluster import NODE, StandInCluster, container_arguments
+from stand_in_cluster import NODE, StandInCluster, container_arguments, secret_values
 
 from mlyard.backends.containers import Engine
 from mlyard.backends.kubernetes.settings import KubernetesSettings
@@ -119,7 +119,7 @@ def test_the_rendered_pods_of_a_ddp_job_train_together_in_the_image(
     launch = attempt(spec, [Placement("worker", 0, "node-a", 1, 2**30), Placement("worker", 1, "node-b", 1, 2**30)],
                      renderer=renderer, job_id=7, snapshot=None)  # the example is in the image
     documents = renderer.dryrun(launch)
-    secrets = {document["metadata"]["name"]: document["stringData"]
+    secrets = {document["metadata"]["name"]: secret_values(document)
                for document in documents if document["kind"] == "Secret"}
     master_port = str(free_port())
     containers = []
