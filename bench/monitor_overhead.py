@@ -32,12 +32,12 @@ from rich.console import Console
 from rich.table import Table
 
 from mlyard.backends.base import NodeDescription
-from mlyard.config import Paths
+from mlyard.paths import Paths
 from mlyard.monitor import Root, Sampler
-from mlyard.server.db import Database
-from mlyard.server.rows import AttemptRow, JobRow, ReplicaRow
-from mlyard.server.sampling import NodeMonitor
-from mlyard.server.services import monitoring
+from mlyard.server.store.db import Database
+from mlyard.server.store.rows import AttemptRow, JobRow, ReplicaRow
+from mlyard.server.workers.sampling import NodeMonitor
+from mlyard.server.services import resources
 from mlyard.server.services.nodes import record_nodes
 from mlyard.server.settings import DEFAULT_SAMPLE_INTERVAL, ServerSettings
 
@@ -131,7 +131,7 @@ def main() -> int:
                     monitor.sampler.close()
                 began = time.thread_time()
                 # As if the minutes of these samples had ended: each sample is rolled up once.
-                rolled = monitoring.compact(database, time.time() + 120, raw_retention=7200, minute_retention=86400)
+                rolled = resources.compact(database, time.time() + 120, raw_retention=7200, minute_retention=86400)
                 compaction = (time.thread_time() - began) / arguments.samples
                 if not rolled.minutes:
                     console.print("[red]compaction rolled nothing up[/]")

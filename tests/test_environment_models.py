@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from mlyard.environment_models import EnvironmentRequest
+from mlyard.api.environments import EnvironmentRequest
 from mlyard.environments import containerfile
 from mlyard.environments.virtualenv import BuildFailed, VirtualenvBuilder
 

@@ -1,4 +1,4 @@
-"""The replica launcher as a real process: `python -m mlyard.launcher DIR` on a launch.json."""
+"""The replica launcher as a real process: `python -m mlyard.runtime.launcher DIR` on a launch.json."""
 
 from __future__ import annotations
 
@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 from conftest import process_gone, wait_for
 
-from mlyard import cgroups
-from mlyard.launcher import (
+from mlyard.runtime import cgroups
+from mlyard.runtime.launcher import (
     EXIT_FILE,
     HEARTBEAT_FILE,
     HEARTBEAT_INTERVAL,
@@ -52,7 +52,7 @@ def write_config(directory: Path, command: list[str], **settings: Any) -> Path:
 
 def start_launcher(directory: Path) -> subprocess.Popen:
     return subprocess.Popen(
-        [PYTHON, "-m", "mlyard.launcher", str(directory)],
+        [PYTHON, "-m", "mlyard.runtime.launcher", str(directory)],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
@@ -62,7 +62,7 @@ def start_launcher(directory: Path) -> subprocess.Popen:
 
 def run_launcher(directory: Path, timeout: float = 15) -> subprocess.CompletedProcess:
     result = subprocess.run(
-        [PYTHON, "-m", "mlyard.launcher", str(directory)],
+        [PYTHON, "-m", "mlyard.runtime.launcher", str(directory)],
         stdin=subprocess.DEVNULL,
         capture_output=True,
         text=True,

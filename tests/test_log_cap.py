@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from mlyard.launcher import (
+from mlyard.runtime.launcher import (
     DEFAULT_MAX_LOG_BYTES,
     EXIT_FILE,
     LAUNCH_CONFIG,
@@ -29,7 +29,7 @@ def run_replica(directory: Path, command: list[str], timeout: float = 30, **sett
     config: dict[str, Any] = {"command": command, "env": {}, "snapshot": None, "cpu_ids": [], "memory_bytes": None,
                               "memory_cgroup_parent": None, "cgroup_name": None, "prepend_path": None, **settings}
     (directory / LAUNCH_CONFIG).write_text(json.dumps(config))
-    result = subprocess.run([PYTHON, "-m", "mlyard.launcher", str(directory)], stdin=subprocess.DEVNULL,
+    result = subprocess.run([PYTHON, "-m", "mlyard.runtime.launcher", str(directory)], stdin=subprocess.DEVNULL,
                             capture_output=True, text=True, timeout=timeout, check=False)
     assert result.returncode == 0, result.stderr
     return json.loads((directory / EXIT_FILE).read_text())

@@ -6,7 +6,7 @@ import dataclasses
 import json
 from typing import Any
 
-from mlyard.rendezvous import JobContext, ReplicaSlot, replica_environments
+from mlyard.runtime.rendezvous import JobContext, ReplicaSlot, replica_environments
 from mlyard.spec import JobSpec
 
 CONTEXT = JobContext(

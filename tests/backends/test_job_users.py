@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from mlyard.backends.job_users import JobUsers, os_account_name, resolve
-from mlyard.config import Paths
+from mlyard.backends.local.job_accounts import JobUsers, os_account_name, resolve
+from mlyard.paths import Paths
 from mlyard.errors import MlyardError
-from mlyard.launcher import _account_environment
-from mlyard.server import job_accounts
+from mlyard.runtime.launcher import _account_environment
+from mlyard.server.control import job_accounts
 from mlyard.server.settings import ServerSettings
 
 as_root = pytest.mark.skipif(os.geteuid() != 0, reason="the checks differ for an unprivileged server")

@@ -17,7 +17,7 @@ import psutil
 import pytest
 from conftest import process_gone, wait_for
 
-from mlyard import cgroups
+from mlyard.runtime import cgroups
 from mlyard.backends.base import (
     AttemptLaunch,
     ReplicaHandle,
@@ -25,8 +25,8 @@ from mlyard.backends.base import (
     ReplicaObservation,
     ReplicaRef,
 )
-from mlyard.backends.local import NODE_ADDRESS, LocalBackend, cgroup_name
-from mlyard.launcher import (
+from mlyard.backends.local.processes import NODE_ADDRESS, LocalBackend, cgroup_name
+from mlyard.runtime.launcher import (
     EXIT_FILE,
     HEARTBEAT_FILE,
     HEARTBEAT_INTERVAL,
@@ -223,7 +223,7 @@ def test_dryrun_returns_plain_data_with_the_launcher_argv_and_config(tmp_path: P
     assert json.loads(json.dumps(plans)) == plans  # plain data only
     assert [plan["replica"] for plan in plans] == ["worker-0", "worker-1"]
     for plan, replica in zip(plans, attempt.replicas, strict=True):
-        assert plan["argv"] == [sys.executable, "-m", "mlyard.launcher", str(replica.directory)]
+        assert plan["argv"] == [sys.executable, "-m", "mlyard.runtime.launcher", str(replica.directory)]
         assert plan["start_new_session"] is True
         config = plan["config"]
         assert config["command"] == list(replica.command)
@@ -490,7 +490,7 @@ def fake_launcher(directory: Path, *, beats: bool) -> tuple[subprocess.Popen, Re
     """A process the backend takes for this directory's launcher, which never beats; its
     launcher.json says whether a launcher of its version would."""
     directory.mkdir(parents=True)
-    process = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "mlyard.launcher", str(directory)],
+    process = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "mlyard.runtime.launcher", str(directory)],
                                start_new_session=True)
     started_at = psutil.Process(process.pid).create_time()
     recorded = {"pid": process.pid, "started_at": started_at}

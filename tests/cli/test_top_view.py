@@ -10,14 +10,8 @@ from pathlib import Path
 from conftest import MLYARD, free_port
 from rich.console import Console
 
-from mlyard.api_models import (
-    GpuInfo,
-    GpuUsage,
-    NodeInfo,
-    NodeInventory,
-    NodeUsage,
-    RunningJobUsage,
-)
+from mlyard.api.nodes import GpuInfo, GpuUsage, NodeInfo, NodeInventory, NodeUsage
+from mlyard.api.resources import RunningJobUsage
 from mlyard.cli.top_view import TopFrame, bar, bytes_pair, render
 from mlyard.spec import JobStatus
 

@@ -21,7 +21,7 @@ from typing import Any
 import httpx
 import pytest
 
-from mlyard.backends.containers import Engine
+from mlyard.backends.local.containers import Engine
 
 SOCKET = os.environ.get("MLYARD_TEST_CONTAINER_SOCKET", "/run/podman/podman.sock")
 IMAGE = os.environ.get("MLYARD_TEST_IMAGE", "localhost/mlyard-test-base:latest")

@@ -24,7 +24,7 @@ from urllib.parse import urlparse
 import docker.errors
 from k8s_api_server import FakeApiServer
 
-from mlyard.backends.containers import Engine
+from mlyard.backends.local.containers import Engine
 from mlyard.backends.kubernetes.entrypoint import peers
 
 NODE = "stand-in-node"

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from mlyard.backends.base import ReplicaRef
-from mlyard.backends.containers import container_replicas
-from mlyard.backends.containers.engine import default_socket
-from mlyard.backends.local import LocalBackend
-from mlyard.launcher import EXIT_FILE
+from mlyard.backends.local.containers import container_replicas
+from mlyard.backends.local.containers.engine import default_socket
+from mlyard.backends.local.processes import LocalBackend
+from mlyard.runtime.launcher import EXIT_FILE
 
 NO_ENGINE = "unix:///nonexistent/engine.sock"
 

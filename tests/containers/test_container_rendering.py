@@ -7,19 +7,19 @@ from pathlib import Path
 import pytest
 
 from mlyard.backends.base import AttemptLaunch, ReplicaLaunch
-from mlyard.backends.containers import (
+from mlyard.backends.local.containers import (
     ContainerReplicas,
     Engine,
     EngineError,
     container_replicas,
 )
-from mlyard.backends.containers.engine import _timestamp, container_state
-from mlyard.backends.containers.render import (
+from mlyard.backends.local.containers.engine import _timestamp, container_state
+from mlyard.backends.local.containers.create_options import (
     CODE_MOUNT,
     ContainerIdentity,
     container_name,
 )
-from mlyard.backends.local import LocalBackend
+from mlyard.backends.local.processes import LocalBackend
 from mlyard.errors import MlyardError
 
 IMAGE = "localhost/some-image:1"
@@ -132,7 +132,7 @@ def test_container_names_differ_between_servers_sharing_an_engine(tmp_path: Path
 
 def test_a_job_without_an_image_runs_as_a_process_beside_container_jobs(tmp_path: Path) -> None:
     [plan] = backend().dryrun(attempt(tmp_path, replica(tmp_path, image=None)))
-    assert "container" not in plan and "mlyard.launcher" in plan["argv"]
+    assert "container" not in plan and "mlyard.runtime.launcher" in plan["argv"]
 
 
 def test_a_process_only_server_refuses_an_image_naming_it(tmp_path: Path) -> None:

@@ -20,9 +20,9 @@ from mlyard.backends.base import (
     ReplicaObservation,
     ReplicaRef,
 )
-from mlyard.backends.containers import container_replicas
-from mlyard.backends.job_users import JobUsers
-from mlyard.backends.local import LocalBackend
+from mlyard.backends.local.containers import container_replicas
+from mlyard.backends.local.job_accounts import JobUsers
+from mlyard.backends.local.processes import LocalBackend
 
 MiB = 1024**2
 

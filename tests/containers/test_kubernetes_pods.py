@@ -50,7 +50,7 @@ from container_support import (  # noqa: F401 - docker_fixture, server_image_fix
 from k8s_support import Placement, attempt, backend
 from stand_in_cluster import NODE, StandInCluster, container_arguments, secret_values
 
-from mlyard.backends.containers import Engine
+from mlyard.backends.local.containers import Engine
 from mlyard.backends.kubernetes.settings import KubernetesSettings
 from mlyard.spec import JobSpec
 

@@ -18,7 +18,7 @@ from container_support import (  # noqa: F401 - docker_fixture, server_image_fix
     server_image_fixture,
 )
 
-from mlyard.backends.containers import Engine
+from mlyard.backends.local.containers import Engine
 
 pytestmark = pytest.mark.slow
 

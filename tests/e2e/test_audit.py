@@ -12,7 +12,7 @@ import httpx
 import pytest
 from conftest import MLYARD, RunningServer, wait_until
 
-from mlyard.audit_models import AuditEvent
+from mlyard.api.audit import AuditEvent
 from mlyard.client import ClientError
 from mlyard.spec import JobStatus
 from mlyard.web.session import COOKIE, csrf_token

@@ -14,7 +14,7 @@ import pytest
 from conftest import DATABASES, RunningServer, start_server, stop_server
 
 from mlyard.errors import MlyardError
-from mlyard.launcher import OUTPUT_LOG, truncation_line
+from mlyard.runtime.launcher import OUTPUT_LOG, truncation_line
 from mlyard.server.settings import ServerSettings
 
 LIMIT = 64 * 1024

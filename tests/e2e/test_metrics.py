@@ -7,7 +7,7 @@ import httpx
 import pytest
 from conftest import RunningServer
 
-from mlyard.api_models import MAX_METRICS_PER_REPORT
+from mlyard.api.metrics import MAX_METRICS_PER_REPORT
 
 pytestmark = pytest.mark.slow
 

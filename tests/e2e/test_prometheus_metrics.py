@@ -11,7 +11,7 @@ from conftest import RunningServer, wait_until
 from prometheus_client.parser import text_string_to_metric_families
 
 from mlyard.scheduler import DEFAULT_POLICY
-from mlyard.server.telemetry import FAMILIES
+from mlyard.server.http.telemetry import FAMILIES
 
 pytestmark = pytest.mark.slow
 

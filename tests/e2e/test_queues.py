@@ -11,8 +11,8 @@ import pytest
 from conftest import RunningServer, wait_for
 
 from mlyard.server import auth
-from mlyard.server.db import Database
-from mlyard.server.rows import UserRow
+from mlyard.server.store.db import Database
+from mlyard.server.store.rows import UserRow
 
 GIB = 1024**3
 

@@ -12,8 +12,8 @@ import pytest
 from conftest import MLYARD, RunningServer, wait_until
 
 from mlyard.server import auth
-from mlyard.server.db import Database
-from mlyard.server.rows import UserRow
+from mlyard.server.store.db import Database
+from mlyard.server.store.rows import UserRow
 
 pytestmark = pytest.mark.slow
 

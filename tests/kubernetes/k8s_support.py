@@ -18,7 +18,7 @@ import yaml
 from mlyard.backends.base import AttemptLaunch, ReplicaLaunch
 from mlyard.backends.kubernetes.backend import KubernetesBackend
 from mlyard.backends.kubernetes.settings import KubernetesSettings
-from mlyard.rendezvous import JobContext, ReplicaSlot, replica_environments
+from mlyard.runtime.rendezvous import JobContext, ReplicaSlot, replica_environments
 from mlyard.spec import JobSpec
 
 KUBERNETES_VERSION = "1.31"

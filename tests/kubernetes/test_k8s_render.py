@@ -29,7 +29,7 @@ from k8s_support import (
 )
 
 from mlyard.backends.kubernetes import names
-from mlyard.backends.kubernetes.render import render_attempt
+from mlyard.backends.kubernetes.objects import render_attempt
 from mlyard.backends.kubernetes.settings import KubernetesSettings
 from mlyard.errors import MlyardError
 from mlyard.spec import JobSpec

@@ -335,7 +335,7 @@ def test_gpu_model_nobody_has_makes_a_job_unschedulable_with_that_reason():
 
 
 def test_spec_gpu_models_reach_the_scheduler():
-    from mlyard.server.cluster import replica_requests
+    from mlyard.server.control.scheduler_input import replica_requests
     from mlyard.spec import JobSpec
 
     spec = JobSpec.model_validate({"name": "a", "command": "true",

@@ -38,7 +38,7 @@ from mlyard.scheduler import (
     RunningJob,
     SchedulerConfig,
     decide,
-    engine,
+    cycle,
     place_gang,
     unschedulable_reason,
 )
@@ -563,7 +563,7 @@ def test_settling_alike_jobs_in_bulk_changes_no_decision(policy: str, data) -> N
     snapshot = replace(snapshot_of(world, data.draw(configs(policy), label="config")), pending=tuple(pending))
     fast = decide(snapshot, world.now)
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(engine, "FAST_PATH", False)
+        patch.setattr(cycle, "FAST_PATH", False)
         slow = decide(snapshot, world.now)
     assert fast == slow
     assert list(fast.waiting.items()) == list(slow.waiting.items())

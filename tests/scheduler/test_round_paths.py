@@ -1,5 +1,5 @@
 """The round's shortcuts give the decisions the plain walk gives: jobs settled in bulk
-like an earlier job of their group (``engine._walk``), reasons worded once per shape and
+like an earlier job of their group (``cycle._walk``), reasons worded once per shape and
 count, duplicate job ids, and multi-node packing of replicas that need no GPU."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from mlyard.scheduler import (
     RunningJob,
     SchedulerConfig,
     decide,
-    engine,
+    cycle,
     place_gang,
 )
 
@@ -42,7 +42,7 @@ def busy(gpus: int, **fields) -> RunningJob:
 
 def slow_path(snapshot: ClusterSnapshot, now: float):
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(engine, "FAST_PATH", False)
+        patch.setattr(cycle, "FAST_PATH", False)
         return decide(snapshot, now)
 
 

@@ -13,12 +13,12 @@ import pytest
 from fastapi import FastAPI, Request
 from sqlalchemy import select, text
 
-from mlyard.config import Paths
+from mlyard.paths import Paths
 from mlyard.errors import MlyardError
-from mlyard.server.audit import AuditRecorder
+from mlyard.server.http.audit import AuditRecorder
 from mlyard.server.auth import Principal
-from mlyard.server.db import Database
-from mlyard.server.rows import AuditEventRow
+from mlyard.server.store.db import Database
+from mlyard.server.store.rows import AuditEventRow
 from mlyard.server.services import audit
 from mlyard.server.settings import DEFAULT_AUDIT_RETENTION, ServerSettings
 

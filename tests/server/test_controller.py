@@ -20,7 +20,7 @@ from mlyard.backends.base import (
     ReplicaObservation,
     ReplicaRef,
 )
-from mlyard.config import Paths
+from mlyard.paths import Paths
 from mlyard.errors import Conflict, InvalidRequest, InvalidTransition
 from mlyard.scheduler import (
     Amounts,
@@ -32,9 +32,9 @@ from mlyard.scheduler import (
     StartJob,
 )
 from mlyard.server import auth
-from mlyard.server.controller import Controller
-from mlyard.server.db import Database
-from mlyard.server.rows import (
+from mlyard.server.control.controller import Controller
+from mlyard.server.store.db import Database
+from mlyard.server.store.rows import (
     ApiTokenRow,
     AttemptRow,
     EnvironmentRow,

@@ -8,7 +8,7 @@ import re
 from collections.abc import Iterator
 from pathlib import Path
 
-from mlyard.server.telemetry import FAMILIES, SAMPLER_FAMILIES
+from mlyard.server.http.telemetry import FAMILIES, SAMPLER_FAMILIES
 
 DASHBOARD = Path(__file__).resolve().parents[2] / "deploy" / "grafana" / "mlyard-dashboard.json"
 ARCHITECTURE = Path(__file__).resolve().parents[2] / "docs" / "architecture.md"

@@ -14,12 +14,12 @@ from alembic import command
 from alembic.config import Config
 from sqlalchemy import inspect, select
 
-from mlyard.config import Paths
+from mlyard.paths import Paths
 from mlyard.errors import MlyardError
-from mlyard.server import idleness
+from mlyard.server.workers import idleness
 from mlyard.server.auth import Principal
-from mlyard.server.db import MIGRATIONS, Database, make_engine
-from mlyard.server.rows import (
+from mlyard.server.store.db import MIGRATIONS, Database, make_engine
+from mlyard.server.store.rows import (
     RAW_PERIOD,
     AttemptRow,
     JobEventRow,

@@ -15,8 +15,8 @@ from sqlalchemy import create_engine, make_url, text
 from sqlalchemy.pool import NullPool
 
 from mlyard.errors import MlyardError
-from mlyard.server.db import Database
-from mlyard.server.leadership import (
+from mlyard.server.store.db import Database
+from mlyard.server.control.leadership import (
     CONTROLLER_LOCK_KEY,
     FileLease,
     Leadership,
@@ -176,7 +176,7 @@ def test_a_lost_lease_is_noticed(database_url: str) -> None:
 
 HOLDER = """
 import sys, time
-from mlyard.server.leadership import lease_for
+from mlyard.server.control.leadership import lease_for
 lease = lease_for(sys.argv[1])
 assert lease.acquire()
 print("held", flush=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from mlyard.errors import TooManyRequests
-from mlyard.server.login_throttle import LoginThrottle
+from mlyard.server.http.login_throttle import LoginThrottle
 
 
 def test_an_account_is_locked_after_its_failures_until_the_oldest_leaves_the_window() -> None:

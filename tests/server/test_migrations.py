@@ -10,7 +10,7 @@ from alembic import command
 from alembic.config import Config
 from sqlalchemy import inspect, select, text
 
-from mlyard.server.db import (
+from mlyard.server.store.db import (
     MIGRATIONS,
     SCHEMA_REVISION,
     SQLITE_LOCK_WAIT_S,
@@ -18,7 +18,7 @@ from mlyard.server.db import (
     current_revision,
     make_engine,
 )
-from mlyard.server.rows import Base, JobEventRow, JobRow, ProjectSnapshotRow, QueueRow
+from mlyard.server.store.rows import Base, JobEventRow, JobRow, ProjectSnapshotRow, QueueRow
 
 
 def migrate_to(url: str, revision: str, *, down: bool = False) -> None:

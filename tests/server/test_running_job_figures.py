@@ -1,4 +1,4 @@
-"""`monitoring.running_jobs` (`GET /resources/jobs`, what `mlyard top` lists): every job with a
+"""`resources.running_jobs` (`GET /resources/jobs`, what `mlyard top` lists): every job with a
 holding attempt, with the latest recent figures of each replica of that attempt added up."""
 
 from __future__ import annotations
@@ -8,11 +8,11 @@ from collections.abc import Iterator
 
 import pytest
 
-from mlyard.api_models import ReplicaUsage
+from mlyard.api.resources import ReplicaUsage
 from mlyard.server.auth import Principal
-from mlyard.server.db import Database
-from mlyard.server.rows import AttemptRow, JobRow, ReplicaRow, UserRow
-from mlyard.server.services import monitoring
+from mlyard.server.store.db import Database
+from mlyard.server.store.rows import AttemptRow, JobRow, ReplicaRow, UserRow
+from mlyard.server.services import resources
 
 ADMIN = Principal(name="admin", user_id=None, is_admin=True)
 GIB = 1 << 30
@@ -58,14 +58,14 @@ def test_each_holding_job_with_its_replicas_latest_figures(database: Database) -
     add_job(database, 2)  # holding, not measured yet
     add_job(database, 3, finished=True)  # its attempt ended: holds nothing
     add_job(database, 4)  # measured, but not for over a minute
-    monitoring.record(database, "node-0", [], [
+    resources.record(database, "node-0", [], [
         figures(1, 1, 0, now - 30, 400.0),  # the earlier attempt's
         figures(1, 2, 0, now - 8, 10.0), figures(1, 2, 0, now - 3, 90.0),
         figures(1, 2, 1, now - 4, 60.0),  # a replica measured by another pass
         figures(3, 1, 0, now - 3, 100.0),
         figures(4, 1, 0, now - 120, 100.0),
     ])
-    found = {job.job_id: job for job in monitoring.running_jobs(database, ADMIN, now=now)}
+    found = {job.job_id: job for job in resources.running_jobs(database, ADMIN, now=now)}
     assert sorted(found) == [1, 2, 4]
 
     busy = found[1]
@@ -85,10 +85,10 @@ def test_a_job_token_sees_its_own_job_only(database: Database) -> None:
     add_job(database, 1)
     add_job(database, 2)
     token = Principal(name="job-2", user_id=None, job_id=2)
-    assert [job.job_id for job in monitoring.running_jobs(database, token)] == [2]
-    assert monitoring.running_jobs(database, ADMIN) and not monitoring.running_jobs(
+    assert [job.job_id for job in resources.running_jobs(database, token)] == [2]
+    assert resources.running_jobs(database, ADMIN) and not resources.running_jobs(
         database, Principal(name="job-9", user_id=None, job_id=9))
 
 
 def test_nothing_running_is_an_empty_list(database: Database) -> None:
-    assert monitoring.running_jobs(database, ADMIN) == []
+    assert resources.running_jobs(database, ADMIN) == []

@@ -10,11 +10,12 @@ import time
 import pytest
 from sqlalchemy import func, select
 
-from mlyard.api_models import GpuUsage, NodeUsage, ReplicaUsage
+from mlyard.api.nodes import GpuUsage, NodeUsage
+from mlyard.api.resources import ReplicaUsage
 from mlyard.errors import NotFound
 from mlyard.server.auth import Principal
-from mlyard.server.db import Database
-from mlyard.server.rows import (
+from mlyard.server.store.db import Database
+from mlyard.server.store.rows import (
     MINUTE_PERIOD,
     RAW_PERIOD,
     JobRow,
@@ -22,7 +23,7 @@ from mlyard.server.rows import (
     NodeRow,
     NodeSampleRow,
 )
-from mlyard.server.services import monitoring
+from mlyard.server.services import resources
 
 NODE = "node-a"
 START = 1_767_225_600.0  # 2026-01-01 00:00 UTC, a minute's start
@@ -75,10 +76,10 @@ def test_a_day_of_samples_stays_bounded_and_minutes_hold_the_averages(database: 
     largest: dict[tuple[str, int], int] = {}
     for first in range(0, day, BATCH):
         batch = range(first, first + BATCH)
-        monitoring.record(database, NODE, [node_usage(i) for i in batch],
+        resources.record(database, NODE, [node_usage(i) for i in batch],
                           [usage for i in batch for usage in replica_usage(1, i)])
         now = START + (first + BATCH) * STEP
-        monitoring.compact(database, now, raw_retention=RAW_KEEP, minute_retention=MINUTE_KEEP)
+        resources.compact(database, now, raw_retention=RAW_KEEP, minute_retention=MINUTE_KEEP)
         for key, count in counts(database).items():
             largest[key] = max(largest.get(key, 0), count)
 
@@ -92,7 +93,7 @@ def test_a_day_of_samples_stays_bounded_and_minutes_hold_the_averages(database: 
     assert counts(database)[("node_samples", MINUTE_PERIOD)] >= minute_bound - 2
 
     now = START + day * STEP
-    nodes = monitoring.node_samples(database, ADMIN, NODE, since=now - 3 * 3600, resolution="1m").samples
+    nodes = resources.node_samples(database, ADMIN, NODE, since=now - 3 * 3600, resolution="1m").samples
     assert nodes and all(sample.at >= now - MINUTE_KEEP for sample in nodes)
     assert [b.at - a.at for a, b in itertools.pairwise(nodes)] == [60.0] * (len(nodes) - 1)
     for sample in nodes:
@@ -109,16 +110,16 @@ def test_a_day_of_samples_stays_bounded_and_minutes_hold_the_averages(database: 
         assert (gpu.utilization_percent, gpu.memory_used_bytes, gpu.memory_total_bytes) == (37.5, 150, 1000)
         assert (gpu.temperature_celsius, gpu.power_watts) == (40.0, None)
 
-    resources = monitoring.job_resources(database, ADMIN, 1, since=now - 3 * 3600, resolution="1m")
-    assert len(resources.points) == len(nodes)
-    for point in resources.points:
+    figures = resources.job_resources(database, ADMIN, 1, since=now - 3 * 3600, resolution="1m")
+    assert len(figures.points) == len(nodes)
+    for point in figures.points:
         # Two replicas at 100+k and 200+k summed (300 + 2k), averaged over k = 0..3.
         assert point.cpu_percent == pytest.approx(303.0)
         assert point.memory_bytes == 3 << 20
         assert point.gpu_memory_bytes == 3000  # 2 × mean(0, 1000, 2000, 3000)
         assert (point.replicas, point.samples) == (2, 4)
 
-    raw = monitoring.job_resources(database, ADMIN, 1, since=now - 120, resolution="raw")  # after `since`
+    raw = resources.job_resources(database, ADMIN, 1, since=now - 120, resolution="raw")  # after `since`
     assert len(raw.points) == 7 and raw.points[-1].at == now - STEP
     assert raw.points[-1].cpu_percent == pytest.approx(300 + 2 * 3)
     assert [(replica.replica, replica.at) for replica in raw.replicas] == [("worker-0", now - STEP),
@@ -126,36 +127,36 @@ def test_a_day_of_samples_stays_bounded_and_minutes_hold_the_averages(database: 
 
 
 def test_an_unfinished_minute_is_not_rolled_up_and_late_samples_stay_raw(database: Database) -> None:
-    monitoring.record(database, NODE, [node_usage(i) for i in range(6)])  # 1.5 minutes
-    monitoring.compact(database, START + 90, raw_retention=RAW_KEEP, minute_retention=MINUTE_KEEP)
-    minutes = monitoring.node_samples(database, ADMIN, NODE, since=0, resolution="1m").samples
+    resources.record(database, NODE, [node_usage(i) for i in range(6)])  # 1.5 minutes
+    resources.compact(database, START + 90, raw_retention=RAW_KEEP, minute_retention=MINUTE_KEEP)
+    minutes = resources.node_samples(database, ADMIN, NODE, since=0, resolution="1m").samples
     assert [(sample.at, sample.samples) for sample in minutes] == [(START, 4)]
 
-    monitoring.record(database, NODE, [node_usage(i) for i in range(6, 8)])
+    resources.record(database, NODE, [node_usage(i) for i in range(6, 8)])
     late = node_usage(2).model_copy(update={"at": START + 59})  # the first minute was rolled already
-    monitoring.record(database, NODE, [late])
-    monitoring.compact(database, START + 200, raw_retention=RAW_KEEP, minute_retention=MINUTE_KEEP)
-    minutes = monitoring.node_samples(database, ADMIN, NODE, since=0, resolution="1m").samples
+    resources.record(database, NODE, [late])
+    resources.compact(database, START + 200, raw_retention=RAW_KEEP, minute_retention=MINUTE_KEEP)
+    minutes = resources.node_samples(database, ADMIN, NODE, since=0, resolution="1m").samples
     assert [(sample.at, sample.samples) for sample in minutes] == [(START, 4), (START + 60, 4)]
-    assert len(monitoring.node_samples(database, ADMIN, NODE, since=0).samples) == 9
+    assert len(resources.node_samples(database, ADMIN, NODE, since=0).samples) == 9
 
 
 def test_a_catch_up_after_a_long_gap_goes_on_past_the_gap(database: Database) -> None:
-    monitoring.record(database, NODE, [node_usage(0)])
+    resources.record(database, NODE, [node_usage(0)])
     later = START + 10 * 3600  # beyond a single call's roll-up window
-    monitoring.record(database, NODE, [node_usage(0).model_copy(update={"at": later})])
+    resources.record(database, NODE, [node_usage(0).model_copy(update={"at": later})])
     keep = 10 * 24 * 3600.0
     for _ in range(3):
-        monitoring.compact(database, later + 120, raw_retention=keep, minute_retention=keep)
-    minutes = monitoring.node_samples(database, ADMIN, NODE, since=0, resolution="1m").samples
+        resources.compact(database, later + 120, raw_retention=keep, minute_retention=keep)
+    minutes = resources.node_samples(database, ADMIN, NODE, since=0, resolution="1m").samples
     assert [sample.at for sample in minutes] == [START, later]
 
 
 def test_figures_of_unknown_jobs_are_dropped_and_unknown_names_are_not_found(database: Database) -> None:
-    monitoring.record(database, NODE, [node_usage(0)], [*replica_usage(1, 0), *replica_usage(99, 0)])
+    resources.record(database, NODE, [node_usage(0)], [*replica_usage(1, 0), *replica_usage(99, 0)])
     assert counts(database)[("job_samples", RAW_PERIOD)] == 2
     with pytest.raises(NotFound):
-        monitoring.node_samples(database, ADMIN, "elsewhere")
+        resources.node_samples(database, ADMIN, "elsewhere")
     with pytest.raises(NotFound):
-        monitoring.job_resources(database, ADMIN, 99)
-    assert monitoring.job_resources(database, ADMIN, 1, since=time.time()).points == []
+        resources.job_resources(database, ADMIN, 99)
+    assert resources.job_resources(database, ADMIN, 1, since=time.time()).points == []

@@ -14,14 +14,14 @@ import psutil
 import pytest
 from conftest import favour, wait_until
 
-from mlyard.backends.local import LocalBackend
-from mlyard.config import Paths
+from mlyard.backends.local.processes import LocalBackend
+from mlyard.paths import Paths
 from mlyard.errors import MlyardError
 from mlyard.server.auth import Principal
-from mlyard.server.db import Database
-from mlyard.server.rows import AttemptRow, JobRow, ReplicaRow
-from mlyard.server.sampling import NodeMonitor
-from mlyard.server.services import monitoring
+from mlyard.server.store.db import Database
+from mlyard.server.store.rows import AttemptRow, JobRow, ReplicaRow
+from mlyard.server.workers.sampling import NodeMonitor
+from mlyard.server.services import resources
 from mlyard.server.services.nodes import list_nodes, record_nodes
 from mlyard.server.settings import ServerSettings
 
@@ -81,16 +81,16 @@ def test_it_measures_the_replicas_of_holding_attempts_on_its_node(tmp_path: Path
         monitor.stop()
     assert {key[0] for key in sample.trees} == {1, 2}
     now = time.time()
-    busy_figures = monitoring.job_resources(database, ADMIN, 1, since=now - 60)
-    idle_figures = monitoring.job_resources(database, ADMIN, 2, since=now - 60)
+    busy_figures = resources.job_resources(database, ADMIN, 1, since=now - 60)
+    idle_figures = resources.job_resources(database, ADMIN, 2, since=now - 60)
     assert busy_figures.points[-1].cpu_percent >= 80, busy_figures
     assert idle_figures.points[-1].cpu_percent <= 10, idle_figures
     assert [(replica.replica, replica.rank, replica.node) for replica in busy_figures.replicas] == [
         ("worker-0", 0, NODE)]
     assert busy_figures.replicas[0].memory_bytes > 1 << 20
     for job_id in (3, 4, 5):
-        assert monitoring.job_resources(database, ADMIN, job_id, since=0).points == []
-    assert monitoring.node_samples(database, ADMIN, NODE, since=now - 60).samples
+        assert resources.job_resources(database, ADMIN, job_id, since=0).points == []
+    assert resources.node_samples(database, ADMIN, NODE, since=now - 60).samples
 
 
 def test_the_monitor_of_the_local_node_runs_until_stopped_and_fills_the_node_listing(

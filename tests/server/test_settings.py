@@ -10,7 +10,7 @@ from sqlalchemy import text
 
 from mlyard.errors import MlyardError
 from mlyard.scheduler import LIVE_POLICIES
-from mlyard.server.db import Database, normalize_url
+from mlyard.server.store.db import Database, normalize_url
 from mlyard.server.settings import ServerSettings
 
 

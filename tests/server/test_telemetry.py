@@ -11,14 +11,14 @@ from pathlib import Path
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from mlyard.api_models import GpuUsage, NodeUsage
-from mlyard.config import Paths
+from mlyard.api.nodes import GpuUsage, NodeUsage
+from mlyard.paths import Paths
 from mlyard.server.app import create_app
-from mlyard.server.db import Database
-from mlyard.server.rows import AttemptRow, JobRow, NodeRow, QueueRow, ReplicaRow
-from mlyard.server.services import monitoring
+from mlyard.server.store.db import Database
+from mlyard.server.store.rows import AttemptRow, JobRow, NodeRow, QueueRow, ReplicaRow
+from mlyard.server.services import resources
 from mlyard.server.settings import ServerSettings
-from mlyard.server.telemetry import (
+from mlyard.server.http.telemetry import (
     JOB_DURATION_BUCKETS,
     QUEUE_WAIT_BUCKETS,
     DatabaseCollector,
@@ -115,14 +115,14 @@ def test_live_node_and_gpu_gauges_come_from_each_nodes_latest_sample(database_ur
 
     database = Database.open(database_url)
     try:
-        monitoring.record(database, "gpu-node", [
+        resources.record(database, "gpu-node", [
             usage(now - 10, 90.0, [GpuUsage(index=0, utilization_percent=10.0)]),
             usage(now - 5, 25.0, [GpuUsage(index=0, utilization_percent=75.0, memory_used_bytes=3 << 30,
                                            temperature_celsius=61.0, power_watts=300.0),
                                   GpuUsage(index=1, utilization_percent=0.0)]),  # NVML gave nothing else
         ])
-        monitoring.record(database, "cpu-node", [usage(now - 5, 50.0, [])])
-        monitoring.record(database, "gone-node", [usage(now - 3600, 80.0, [])])
+        resources.record(database, "cpu-node", [usage(now - 5, 50.0, [])])
+        resources.record(database, "gone-node", [usage(now - 3600, 80.0, [])])
         samples = samples_of(DatabaseCollector(lambda: database).collect())
     finally:
         database.close()

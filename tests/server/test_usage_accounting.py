@@ -10,8 +10,8 @@ import pytest
 
 from mlyard.errors import Forbidden, InvalidRequest
 from mlyard.server import auth
-from mlyard.server.db import Database
-from mlyard.server.rows import AttemptRow, JobRow, ReplicaRow, UserRow
+from mlyard.server.store.db import Database
+from mlyard.server.store.rows import AttemptRow, JobRow, ReplicaRow, UserRow
 from mlyard.server.services import usage
 
 HOUR = 3600.0

@@ -8,14 +8,9 @@ import time
 
 import pytest
 
-from mlyard.api_models import (
-    GpuInfo,
-    GpuUsage,
-    JobDetail,
-    MetricPoint,
-    NodeInfo,
-    NodeUsage,
-)
+from mlyard.api.nodes import GpuInfo, GpuUsage, NodeInfo, NodeUsage
+from mlyard.api.jobs import JobDetail
+from mlyard.api.metrics import MetricPoint
 from mlyard.errors import MlyardError
 from mlyard.web.charts import chart_payload
 from mlyard.web.job_charts import gpu_nodes, metric_lines, names_digest, summarize, thin
@@ -31,7 +26,7 @@ from mlyard.web.nodes import (
     window_rows,
     window_seconds,
 )
-from mlyard.web.render import templates
+from mlyard.web.templating import templates
 
 
 def usage(at: float, gpus: list[GpuUsage] = (), cpu: float = 10.0) -> NodeUsage:

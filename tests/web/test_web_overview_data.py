@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from mlyard.api_models import QueueAmounts, QueueInfo, QueueUsage
+from mlyard.api.queues import QueueAmounts, QueueInfo, QueueUsage
 from mlyard.errors import InvalidRequest
-from mlyard.server.rows import MINUTE_PERIOD, RAW_PERIOD
+from mlyard.server.store.rows import MINUTE_PERIOD, RAW_PERIOD
 from mlyard.spec import JobStatus
-from mlyard.web.overview_data import (
+from mlyard.server.services.overview import (
     MIN_BUCKETS,
     WINDOWS,
     Bar,

@@ -6,7 +6,7 @@ import pytest
 import yaml
 from pydantic import ValidationError
 
-from mlyard.api_models import FieldError, field_errors
+from mlyard.api.errors import FieldError, field_errors
 from mlyard.spec import JobSpec
 from mlyard.web.spec_text import (
     field_line,

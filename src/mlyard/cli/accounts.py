@@ -9,8 +9,8 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from mlyard import config
-from mlyard.account_models import MAX_PASSWORD, MIN_PASSWORD, TokenInfo
+from mlyard.client import settings as client_settings
+from mlyard.api.accounts import MAX_PASSWORD, MIN_PASSWORD, TokenInfo
 from mlyard.cli.jobs import OutputOption
 from mlyard.cli.output import OutputFormat, console, print_json
 from mlyard.cli.submission import UsageError
@@ -54,20 +54,20 @@ def login(
 ) -> None:
     """Log in to the server with your password; the CLI then uses the token it gets (stored
     readable by you only, one per server)."""
-    url = config.server_url()
+    url = client_settings.server_url()
     user = user or typer.prompt("User")
     password = _password(password_stdin, "Password", confirm=False)
     with Client(url, token="") as client:
         issued = client.login(user, password, expires_in=_lifetime(expires))
-    path = config.store_credentials(url, {"token": issued.token, "user": user, "token_id": issued.info.id})
+    path = client_settings.store_credentials(url, {"token": issued.token, "user": user, "token_id": issued.info.id})
     console.print(f"Logged in to {url} as [bold]{user}[/]; the token expires {_when(issued.info.expires_at)} "
                   f"and is kept in {path}")
 
 
 def logout() -> None:
     """Revoke the token `mlyard login` stored for this server and forget it."""
-    url = config.server_url()
-    entry = config.stored_credentials().get(url)
+    url = client_settings.server_url()
+    entry = client_settings.stored_credentials().get(url)
     if not isinstance(entry, dict):
         raise UsageError(f"not logged in to {url}")
     with Client(url, token=entry.get("token")) as client:
@@ -76,7 +76,7 @@ def logout() -> None:
             note = ""
         except ClientError as error:  # an expired or already revoked token is forgotten all the same
             note = f" (the server said: {error.message})"
-    config.store_credentials(url, None)
+    client_settings.store_credentials(url, None)
     console.print(f"Logged out of {url}{note}")
 
 

@@ -10,7 +10,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from mlyard.audit_models import DEFAULT_PAGE, MAX_PAGE, AuditEvent
+from mlyard.api.audit import DEFAULT_PAGE, MAX_PAGE, AuditEvent
 from mlyard.cli.jobs import OutputOption
 from mlyard.cli.output import OutputFormat, console, print_json
 from mlyard.cli.submission import UsageError

@@ -11,12 +11,12 @@ from pydantic import ValidationError
 from rich.markup import escape
 from rich.table import Table
 
-from mlyard.api_models import field_errors, summarize
+from mlyard.api.errors import field_errors, summarize
 from mlyard.cli.jobs import OutputOption
 from mlyard.cli.output import OutputFormat, ago, console, errors, print_json
 from mlyard.cli.submission import UsageError
 from mlyard.client import Client
-from mlyard.environment_models import EnvironmentInfo, EnvironmentRequest
+from mlyard.api.environments import EnvironmentInfo, EnvironmentRequest
 from mlyard.errors import MlyardError
 
 env_app = typer.Typer(help="Environments: a base image plus apt and pip packages, built once per content; "

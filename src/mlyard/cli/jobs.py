@@ -11,7 +11,7 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from mlyard.api_models import JobInfo
+from mlyard.api.jobs import JobInfo
 from mlyard.cli.output import (
     OutputFormat,
     console,

@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from mlyard.api_models import METRICS_PAGE_SIZE, MetricPoint
+from mlyard.api.metrics import METRICS_PAGE_SIZE, MetricPoint
 from mlyard.cli.jobs import JobArgument, OutputOption
 from mlyard.cli.output import OutputFormat, console, print_json
 from mlyard.cli.resources import Resolution, show_resources

@@ -13,14 +13,9 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from mlyard.api_models import (
-    AttemptInfo,
-    JobDetail,
-    JobInfo,
-    NodeInfo,
-    QueueAmounts,
-    QueueInfo,
-)
+from mlyard.api.jobs import AttemptInfo, JobDetail, JobInfo
+from mlyard.api.nodes import NodeInfo
+from mlyard.api.queues import QueueAmounts, QueueInfo
 from mlyard.spec import JobStatus, format_bytes
 
 console = Console()

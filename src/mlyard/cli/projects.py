@@ -11,7 +11,7 @@ from mlyard.cli.jobs import OutputOption
 from mlyard.cli.output import OutputFormat, ago, console, print_json
 from mlyard.cli.submission import UsageError
 from mlyard.client import Client
-from mlyard.project_models import ProjectInfo, ProjectStorage
+from mlyard.api.projects import ProjectInfo, ProjectStorage
 from mlyard.spec import format_bytes, parse_memory
 
 projects_app = typer.Typer(help="Projects: who may see and do what (viewer, member, maintainer), and their limits.")

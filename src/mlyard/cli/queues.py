@@ -8,7 +8,7 @@ from typing import Annotated, Any
 import typer
 from pydantic import ValidationError
 
-from mlyard.api_models import QueueSettings
+from mlyard.api.queues import QueueSettings
 from mlyard.cli.jobs import OutputOption
 from mlyard.cli.output import (
     OutputFormat,

@@ -7,7 +7,7 @@ import time
 
 from rich.table import Table
 
-from mlyard.api_models import JobResources, JobUsagePoint
+from mlyard.api.resources import JobResources, JobUsagePoint
 from mlyard.cli.output import OutputFormat, console, print_json
 from mlyard.cli.submission import UsageError
 from mlyard.client import Client, ClientError

@@ -40,7 +40,7 @@ def start(host: HostOption = None, port: PortOption = None) -> None:
 @server_app.command("stop")
 def stop() -> None:
     """Stop the background server. Running jobs keep running and are found again at the next start."""
-    from mlyard.config import Paths, home_directory
+    from mlyard.paths import Paths, home_directory
     from mlyard.server.daemon import stop_background
 
     stopped = stop_background(Paths(home_directory()))
@@ -50,7 +50,7 @@ def stop() -> None:
 @server_app.command("status")
 def status() -> None:
     """Say whether the server of MLYARD_HOME is running; exit 1 if it is not."""
-    from mlyard.config import Paths, home_directory
+    from mlyard.paths import Paths, home_directory
     from mlyard.server.daemon import state
 
     current = state(Paths(home_directory()))

@@ -16,7 +16,7 @@ from rich.progress import (
     TransferSpeedColumn,
 )
 
-from mlyard.api_models import field_errors, summarize
+from mlyard.api.errors import field_errors, summarize
 from mlyard.cli.output import errors
 from mlyard.client import Client
 from mlyard.spec import JobSpec

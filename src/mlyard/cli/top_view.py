@@ -12,7 +12,8 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from mlyard.api_models import GpuUsage, NodeInfo, NodeUsage, RunningJobUsage
+from mlyard.api.nodes import GpuUsage, NodeInfo, NodeUsage
+from mlyard.api.resources import RunningJobUsage
 from mlyard.cli.output import USAGE_STALE_SECONDS, duration, status_text
 from mlyard.spec import format_bytes
 

@@ -12,7 +12,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from mlyard.api_models import UsageDay, UsageReport
+from mlyard.api.usage import UsageDay, UsageReport
 from mlyard.cli.jobs import OutputOption
 from mlyard.cli.output import OutputFormat, console, print_json
 from mlyard.cli.submission import UsageError

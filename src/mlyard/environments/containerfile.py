@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from mlyard.environment_models import EnvironmentRequest
+from mlyard.api.environments import EnvironmentRequest
 
 REQUIREMENTS_FILE = "requirements.txt"
 HASH_LABEL = "mlyard.environment.hash"

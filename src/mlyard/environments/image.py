@@ -8,7 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from mlyard.environment_models import EnvironmentRequest
+from mlyard.api.environments import EnvironmentRequest
 from mlyard.environments.containerfile import REQUIREMENTS_FILE, containerfile
 from mlyard.environments.virtualenv import BuildFailed
 

@@ -10,7 +10,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from mlyard.environment_models import EnvironmentRequest
+from mlyard.api.environments import EnvironmentRequest
 from mlyard.errors import MlyardError
 
 BUILD_TIMEOUT = 3600.0

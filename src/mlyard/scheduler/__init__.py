@@ -18,7 +18,7 @@ Contract callers may rely on:
 * Jobs that could never run on the cluster are passed over (see
   ``unschedulable_reason``, also meant for rejecting them at submission).
 
-Policies are described in ``policies.py``, the round in ``engine.py``. The
+Policies are described in ``policies.py``, the round in ``cycle.py``. The
 package imports only the standard library.
 """
 
@@ -27,7 +27,7 @@ from __future__ import annotations
 import gc
 
 from .config import DEFAULT_POLICY, LIVE_POLICIES, POLICIES, SchedulerConfig
-from .engine import decide_round
+from .cycle import decide_round
 from .placement import FreeResources, NodeFree, place_gang, unschedulable_reason
 from .snapshot import (
     UNLIMITED,

@@ -1,7 +1,7 @@
 """Ordering policies: who goes first, and who may preempt whom.
 
 Each policy gives every job a *class* (a number; lower is more important) and
-an ordering key. The round engine (``engine.py``) walks pending jobs in key
+an ordering key. The round (``cycle.py``) walks pending jobs in key
 order; a pending job may preempt a running one only if the policy says its
 class is better. Jobs of equal class are ordered by dominant-resource fair
 share (their queue's share as if the jobs ahead of them in that queue had

@@ -15,22 +15,25 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
 from mlyard import __version__, web
-from mlyard.api_models import ErrorBody, FieldError, Health, field_errors, summarize
+from mlyard.api.errors import ErrorBody, FieldError, field_errors, summarize
+from mlyard.api.health import Health
 from mlyard.backends.base import Backend
 from mlyard.errors import MlyardError, TooManyRequests
-from mlyard.server import auth, body_limit, failures, job_accounts, telemetry
-from mlyard.server.audit import AuditRecorder
-from mlyard.server.controller import Controller
-from mlyard.server.db import Database
-from mlyard.server.leadership import Leadership, lease_for
-from mlyard.server.login_throttle import LoginThrottle
+from mlyard.server import auth
+from mlyard.server.http import body_limit, failures, telemetry
+from mlyard.server.control import job_accounts
+from mlyard.server.http.audit import AuditRecorder
+from mlyard.server.control.controller import Controller
+from mlyard.server.store.db import Database
+from mlyard.server.control.leadership import Leadership, lease_for
+from mlyard.server.http.login_throttle import LoginThrottle
 from mlyard.server.routers import (
     accounts,
     audit,
     environments,
     jobs,
     metrics,
-    monitoring,
+    resources,
     nodes,
     projects,
     queues,
@@ -84,7 +87,7 @@ def create_app(settings: ServerSettings, *, backend: Backend | None = None) -> F
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        from mlyard.backends.local import LocalBackend
+        from mlyard.backends.local.processes import LocalBackend
 
         job_users, job_users_note = None, None
         if backend is None and settings.backend == "local":
@@ -101,7 +104,7 @@ def create_app(settings: ServerSettings, *, backend: Backend | None = None) -> F
 
             chosen = create_backend(KubernetesSettings.from_environment(), max_log_bytes=settings.max_log_bytes)
         else:
-            from mlyard.backends.containers import container_replicas
+            from mlyard.backends.local.containers import container_replicas
 
             chosen = LocalBackend(cpus=settings.node_cpus, memory_bytes=settings.node_memory,
                                   max_log_bytes=settings.max_log_bytes, job_users=job_users,
@@ -153,7 +156,7 @@ def create_app(settings: ServerSettings, *, backend: Backend | None = None) -> F
         return Health(status="ok", version=__version__, controller=leadership.role,
                       adopted=getattr(leadership.controller, "adopted", None))
 
-    for router in (jobs.router, metrics.router, monitoring.router, nodes.router, queues.router, snapshots.router,
+    for router in (jobs.router, metrics.router, resources.router, nodes.router, queues.router, snapshots.router,
                    usage.router, accounts.router, audit.router, projects.router, environments.router):
         app.include_router(router, prefix=API_PREFIX)
     web.install(app)

@@ -23,8 +23,8 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from mlyard.errors import Forbidden, NotFound, Unauthorized
-from mlyard.server.db import Database, insert_if_absent
-from mlyard.server.rows import ApiTokenRow, JobRow, ProjectMemberRow, UserRow
+from mlyard.server.store.db import Database, insert_if_absent
+from mlyard.server.store.rows import ApiTokenRow, JobRow, ProjectMemberRow, UserRow
 
 TOKEN_PREFIX = "mly_"
 

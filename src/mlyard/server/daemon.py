@@ -20,8 +20,8 @@ from pathlib import Path
 
 import psutil
 
-from mlyard.backends import job_users
-from mlyard.config import Paths
+from mlyard.backends.local import job_accounts
+from mlyard.paths import Paths
 from mlyard.errors import MlyardError
 from mlyard.server.settings import ServerSettings
 
@@ -109,7 +109,7 @@ def _check_backend(settings: ServerSettings) -> None:
 
         api_client(KubernetesSettings.from_environment()).close()
     elif settings.runtime == "container":
-        from mlyard.backends.containers import container_replicas
+        from mlyard.backends.local.containers import container_replicas
 
         replicas = container_replicas(settings.runtime, settings.container_socket)
         if replicas is not None:
@@ -123,7 +123,7 @@ def start_background(settings: ServerSettings) -> ServerState:
         return current
     _check_port_free(settings)
     # A setting the server would refuse at start is reported here, not only in its log.
-    job_users.resolve(settings.job_users, paths.home, prefix=settings.job_user_prefix, python=sys.executable)
+    job_accounts.resolve(settings.job_users, paths.home, prefix=settings.job_user_prefix, python=sys.executable)
     _prepare_home(paths)
     with open(paths.server_log, "ab") as log_file:
         process = subprocess.Popen(

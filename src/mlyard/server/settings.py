@@ -6,12 +6,12 @@ import os
 import re
 from dataclasses import dataclass, field
 
-from mlyard.backends.containers import RUNTIMES
-from mlyard.backends.job_users import DEFAULT_PREFIX as DEFAULT_JOB_USER_PREFIX
-from mlyard.backends.job_users import MODES as JOB_USER_MODES
-from mlyard.config import DEFAULT_HOST, DEFAULT_PORT, Paths, home_directory
+from mlyard.backends.local.containers import RUNTIMES
+from mlyard.backends.local.job_accounts import DEFAULT_PREFIX as DEFAULT_JOB_USER_PREFIX
+from mlyard.backends.local.job_accounts import MODES as JOB_USER_MODES
+from mlyard.paths import DEFAULT_HOST, DEFAULT_PORT, Paths, home_directory
 from mlyard.errors import MlyardError
-from mlyard.launcher import DEFAULT_MAX_LOG_BYTES
+from mlyard.runtime.launcher import DEFAULT_MAX_LOG_BYTES
 from mlyard.scheduler import DEFAULT_POLICY, LIVE_POLICIES, SchedulerConfig
 from mlyard.spec import parse_duration, parse_memory
 from mlyard.storage import DEFAULT_MAX_SNAPSHOT_BYTES

@@ -12,9 +12,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from .cluster import ClusterError, queues, synthetic_nodes, trace_nodes
-from .engine import EngineOptions, JobOutcome, Progress, SimulationResult, simulate
+from .simulator import EngineOptions, JobOutcome, Progress, SimulationResult, simulate
 from .ledger import SimulationError
-from .metrics import Metrics, percentile, summarize
+from .measures import Metrics, percentile, summarize
 from .traces import (
     FORMATS,
     TraceError,

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from rich.table import Table
 
-from .metrics import Metrics
+from .measures import Metrics
 
 
 def duration(seconds: float) -> str:

@@ -20,7 +20,7 @@ from mlyard.web import (
     session,
     submit,
 )
-from mlyard.web.render import STATIC_DIRECTORY, page
+from mlyard.web.templating import STATIC_DIRECTORY, page
 
 
 async def _refused(request: Request, refusal: session.PageRefused) -> Response:

@@ -1,5 +1,5 @@
 """A job's charts: the training metrics it reported (`mlyard.sdk.report`) and what its
-processes used (`monitoring.job_resources`), refreshed until the job ends.
+processes used (`resources.job_resources`), refreshed until the job ends.
 
 The page learns which metrics exist from a small table of their latest values that polls
 itself; when a new name shows up, it fires `metrics-changed` and the chart panel is rendered
@@ -21,11 +21,13 @@ from typing import Annotated
 from fastapi import APIRouter, Path, Query, Request
 from starlette.responses import Response
 
-from mlyard.api_models import JobDetail, MetricPoint, NodeUsage
+from mlyard.api.jobs import JobDetail
+from mlyard.api.metrics import MetricPoint
+from mlyard.api.nodes import NodeUsage
 from mlyard.errors import MlyardError, NotFound
 from mlyard.server import auth
-from mlyard.server.db import Database
-from mlyard.server.services import jobs, metrics, monitoring
+from mlyard.server.store.db import Database
+from mlyard.server.services import jobs, metrics, resources
 from mlyard.server.settings import DEFAULT_RAW_SAMPLE_RETENTION
 from mlyard.web.charts import chart_response
 from mlyard.web.nodes import (
@@ -37,7 +39,7 @@ from mlyard.web.nodes import (
     window_rows,
 )
 from mlyard.web.pages import JobId
-from mlyard.web.render import page
+from mlyard.web.templating import page
 from mlyard.web.session import PagePrincipal
 
 router = APIRouter(include_in_schema=False)
@@ -196,7 +198,7 @@ def _job_rows(request: Request, principal: auth.Principal, job: JobDetail, now: 
     since, minutes = _span(request, job.started_at or job.submitted_at, job.finished_at or now, now)
 
     def read(after: float, resolution: str) -> list:
-        return monitoring.job_resources(request.app.state.database, principal, job.id, since=after,
+        return resources.job_resources(request.app.state.database, principal, job.id, since=after,
                                         resolution=resolution).points
 
     return window_rows(read, since, minutes=minutes, raw=raw_period(request))
@@ -209,7 +211,7 @@ def _gpu_rows(request: Request, principal: auth.Principal, job: JobDetail, node:
     until = attempt.finished_at
 
     def read(after: float, resolution: str) -> list[NodeUsage]:
-        samples = monitoring.node_samples(request.app.state.database, principal, node, since=after,
+        samples = resources.node_samples(request.app.state.database, principal, node, since=after,
                                           resolution=resolution).samples
         return [sample for sample in samples if until is None or sample.at <= until + raw_period(request)]
 

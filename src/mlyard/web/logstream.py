@@ -20,12 +20,12 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import StreamingResponse
 from starlette.responses import Response
 
-from mlyard.api_models import LogChunk
+from mlyard.api.jobs import LogChunk
 from mlyard.errors import MlyardError
 from mlyard.server import auth
 from mlyard.server.services import logs
 from mlyard.web.pages import JobId
-from mlyard.web.render import page
+from mlyard.web.templating import page
 from mlyard.web.session import PagePrincipal
 
 router = APIRouter(include_in_schema=False)

@@ -1,6 +1,6 @@
 """The nodes: a live table of every node, and a node's page with its live resource charts.
 
-The charts read the samples the monitoring service stores (`monitoring.node_samples`). A short
+The charts read the samples the monitoring service stores (`resources.node_samples`). A short
 window is drawn from raw samples; a long one from minute averages, followed by the raw samples
 of the minutes not yet rolled up, so that its right edge is as current as a short window's.
 The shaping helpers here are shared with a job's resource charts (`web.job_charts`).
@@ -16,13 +16,14 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Path, Query, Request
 from starlette.responses import Response
 
-from mlyard.api_models import NodeInfo, NodeUsage, RunningJobUsage
+from mlyard.api.nodes import NodeInfo, NodeUsage
+from mlyard.api.resources import RunningJobUsage
 from mlyard.errors import MlyardError, NotFound
 from mlyard.server import auth
-from mlyard.server.services import monitoring, nodes
+from mlyard.server.services import resources, nodes
 from mlyard.server.settings import DEFAULT_SAMPLE_INTERVAL
 from mlyard.web.charts import chart_response
-from mlyard.web.render import page
+from mlyard.web.templating import page
 from mlyard.web.session import PagePrincipal
 
 router = APIRouter(include_in_schema=False)
@@ -30,7 +31,7 @@ router = APIRouter(include_in_schema=False)
 WINDOWS = {"15m": 15 * 60.0, "1h": 3600.0, "6h": 6 * 3600.0, "24h": 24 * 3600.0}
 WINDOW_LABELS = {"15m": "15 min", "1h": "1 hour", "6h": "6 hours", "24h": "24 hours"}
 DEFAULT_WINDOW = "1h"
-RAW_UP_TO = monitoring.DEFAULT_WINDOW["raw"]
+RAW_UP_TO = resources.DEFAULT_WINDOW["raw"]
 """Windows up to this long are drawn from raw samples, longer ones from minute averages, as the
 service chooses when no `since` is given."""
 MINUTE = 60.0
@@ -229,7 +230,7 @@ def nodes_page(request: Request, principal: PagePrincipal, fragment: Annotated[s
 
 
 def _jobs_on(request: Request, principal, name: str) -> list[RunningJobUsage]:
-    return [job for job in monitoring.running_jobs(request.app.state.database, principal) if name in job.nodes]
+    return [job for job in resources.running_jobs(request.app.state.database, principal) if name in job.nodes]
 
 
 def _node_context(request: Request, principal, name: str) -> dict:
@@ -276,7 +277,7 @@ def node_chart(request: Request, principal: PagePrincipal, name: NodeName,
         seconds = window_seconds(window)
 
         def read(since: float, resolution: str) -> list[NodeUsage]:
-            return monitoring.node_samples(request.app.state.database, principal, name, since=since,
+            return resources.node_samples(request.app.state.database, principal, name, since=since,
                                            resolution=resolution).samples
 
         items = window_rows(read, time.time() - seconds, minutes=seconds > RAW_UP_TO, raw=raw_period(request))

@@ -10,13 +10,13 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse
 from starlette.responses import Response
 
-from mlyard.api_models import ErrorBody
+from mlyard.api.errors import ErrorBody
 from mlyard.errors import Forbidden, MlyardError
 from mlyard.server import auth
 from mlyard.server.services import queues
-from mlyard.web import overview_data
+from mlyard.server.services import overview
 from mlyard.web.charts import chart_response
-from mlyard.web.render import page
+from mlyard.web.templating import page
 from mlyard.web.session import PagePrincipal
 
 router = APIRouter(include_in_schema=False)
@@ -35,37 +35,37 @@ def _json_error(error: MlyardError) -> JSONResponse:
     return JSONResponse(body.model_dump(), status_code=error.http_status, headers={"Cache-Control": "no-store"})
 
 
-def _queues(request: Request, principal: auth.Principal, cluster: overview_data.Capacity) -> list[tuple] | None:
+def _queues(request: Request, principal: auth.Principal, cluster: overview.Capacity) -> list[tuple] | None:
     """None for a caller who may not see the queues (a job's token): the rest of the page still serves it."""
     try:
         listing = queues.list_queues(request.app.state.database, principal)
     except Forbidden:
         return None
-    return [(queue, overview_data.queue_bars(queue, cluster)) for queue in listing]
+    return [(queue, overview.queue_bars(queue, cluster)) for queue in listing]
 
 
 @router.get("/overview")
-def overview_page(request: Request, principal: PagePrincipal, window: WindowKey = overview_data.DEFAULT_WINDOW
+def overview_page(request: Request, principal: PagePrincipal, window: WindowKey = overview.DEFAULT_WINDOW
                   ) -> Response:
     database = request.app.state.database
     try:
-        selected = overview_data.parse_window(window)
-        cluster = overview_data.capacity(database)
+        selected = overview.parse_window(window)
+        cluster = overview.capacity(database)
         context = {
-            "counts": overview_data.job_counts(database, principal),
-            "events": overview_data.recent_events(database, principal),
+            "counts": overview.job_counts(database, principal),
+            "events": overview.recent_events(database, principal),
             "queues": _queues(request, principal, cluster),
         }
     except MlyardError as error:
         return _error(request, error, principal)
     return page(request, "overview.html", nav="overview", principal=principal, window=selected,
-                windows=list(overview_data.WINDOWS.values()), cluster=cluster, **context)
+                windows=list(overview.WINDOWS.values()), cluster=cluster, **context)
 
 
 @router.get("/overview/jobs")
 def overview_jobs(request: Request, principal: PagePrincipal) -> Response:
     try:
-        counts = overview_data.job_counts(request.app.state.database, principal)
+        counts = overview.job_counts(request.app.state.database, principal)
     except MlyardError as error:
         return _error(request, error)
     return page(request, "overview_jobs.html", counts=counts)
@@ -74,7 +74,7 @@ def overview_jobs(request: Request, principal: PagePrincipal) -> Response:
 @router.get("/overview/queues")
 def overview_queues(request: Request, principal: PagePrincipal) -> Response:
     try:
-        listing = _queues(request, principal, overview_data.capacity(request.app.state.database))
+        listing = _queues(request, principal, overview.capacity(request.app.state.database))
     except MlyardError as error:
         return _error(request, error)
     return page(request, "overview_queues.html", queues=listing)
@@ -83,21 +83,21 @@ def overview_queues(request: Request, principal: PagePrincipal) -> Response:
 @router.get("/overview/events")
 def overview_events(request: Request, principal: PagePrincipal) -> Response:
     try:
-        events = overview_data.recent_events(request.app.state.database, principal)
+        events = overview.recent_events(request.app.state.database, principal)
     except MlyardError as error:
         return _error(request, error)
     return page(request, "overview_events.html", events=events)
 
 
-def _utilization(request: Request, principal: auth.Principal, window: str) -> overview_data.Utilization:
-    selected = overview_data.parse_window(window)
-    result, _ = overview_data.utilization(request.app.state.database, principal, selected)
+def _utilization(request: Request, principal: auth.Principal, window: str) -> overview.Utilization:
+    selected = overview.parse_window(window)
+    result, _ = overview.utilization(request.app.state.database, principal, selected)
     return result
 
 
 @router.get("/overview/charts/utilization.json")
 def utilization_chart(request: Request, principal: PagePrincipal,
-                      window: WindowKey = overview_data.DEFAULT_WINDOW) -> Response:
+                      window: WindowKey = overview.DEFAULT_WINDOW) -> Response:
     """CPU and memory of all nodes together, in percent."""
     try:
         result = _utilization(request, principal, window)
@@ -107,7 +107,7 @@ def utilization_chart(request: Request, principal: PagePrincipal,
 
 
 @router.get("/overview/charts/gpu.json")
-def gpu_chart(request: Request, principal: PagePrincipal, window: WindowKey = overview_data.DEFAULT_WINDOW) -> Response:
+def gpu_chart(request: Request, principal: PagePrincipal, window: WindowKey = overview.DEFAULT_WINDOW) -> Response:
     """All GPUs together: busy time and memory in use, in percent."""
     try:
         result = _utilization(request, principal, window)

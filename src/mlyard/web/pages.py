@@ -11,11 +11,11 @@ from fastapi import APIRouter, Depends, Path, Query, Request, status
 from fastapi.responses import RedirectResponse
 from starlette.responses import Response
 
-from mlyard.api_models import JobDetail
+from mlyard.api.jobs import JobDetail
 from mlyard.errors import MlyardError
 from mlyard.server.services import jobs
 from mlyard.spec import JobStatus
-from mlyard.web.render import page
+from mlyard.web.templating import page
 from mlyard.web.session import ChangingPrincipal, PagePrincipal
 from mlyard.web.spec_text import spec_yaml
 

@@ -9,12 +9,12 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 from starlette.responses import Response
 
-from mlyard.api_models import QueueInfo
+from mlyard.api.queues import QueueInfo
 from mlyard.errors import MlyardError
 from mlyard.server import auth
 from mlyard.server.services import queues
-from mlyard.web import overview_data
-from mlyard.web.render import page
+from mlyard.server.services import overview
+from mlyard.web.templating import page
 from mlyard.web.session import PagePrincipal
 
 router = APIRouter(include_in_schema=False)
@@ -25,16 +25,16 @@ def _error(request: Request, error: MlyardError, principal: auth.Principal | Non
                 nav="queues")
 
 
-def _with_bars(request: Request, listing: list[QueueInfo]) -> list[tuple[QueueInfo, list[overview_data.Bar]]]:
-    cluster = overview_data.capacity(request.app.state.database)
-    return [(queue, overview_data.queue_bars(queue, cluster)) for queue in listing]
+def _with_bars(request: Request, listing: list[QueueInfo]) -> list[tuple[QueueInfo, list[overview.Bar]]]:
+    cluster = overview.capacity(request.app.state.database)
+    return [(queue, overview.queue_bars(queue, cluster)) for queue in listing]
 
 
-def _all(request: Request, principal: auth.Principal) -> list[tuple[QueueInfo, list[overview_data.Bar]]]:
+def _all(request: Request, principal: auth.Principal) -> list[tuple[QueueInfo, list[overview.Bar]]]:
     return _with_bars(request, queues.list_queues(request.app.state.database, principal))
 
 
-def _one(request: Request, principal: auth.Principal, name: str) -> tuple[QueueInfo, list[overview_data.Bar]]:
+def _one(request: Request, principal: auth.Principal, name: str) -> tuple[QueueInfo, list[overview.Bar]]:
     return _with_bars(request, [queues.get_queue(request.app.state.database, principal, name)])[0]
 
 

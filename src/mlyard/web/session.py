@@ -14,11 +14,11 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import RedirectResponse
 from starlette.responses import Response
 
-from mlyard.account_models import MAX_PASSWORD, LoginRequest
+from mlyard.api.accounts import MAX_PASSWORD, LoginRequest
 from mlyard.errors import Forbidden, MlyardError, TooManyRequests, Unauthorized
 from mlyard.server import auth
 from mlyard.server.services import accounts
-from mlyard.web.render import page, templates
+from mlyard.web.templating import page, templates
 
 COOKIE = "mlyard_token"
 COOKIE_MAX_AGE = 7 * 24 * 3600

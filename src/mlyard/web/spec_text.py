@@ -7,7 +7,7 @@ from typing import Any
 
 import yaml
 
-from mlyard.api_models import FieldError
+from mlyard.api.errors import FieldError
 from mlyard.spec import JobSpec
 
 FORM_FIELDS = {

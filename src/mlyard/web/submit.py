@@ -20,12 +20,12 @@ from fastapi.responses import RedirectResponse
 from pydantic import ValidationError
 from starlette.responses import Response
 
-from mlyard.api_models import FieldError, field_errors
+from mlyard.api.errors import FieldError, field_errors
 from mlyard.errors import MlyardError, PayloadTooLarge
 from mlyard.server import auth
 from mlyard.server.services import jobs, queues
 from mlyard.spec import JobSpec
-from mlyard.web.render import page
+from mlyard.web.templating import page
 from mlyard.web.session import ChangingPrincipal, PagePrincipal
 from mlyard.web.spec_text import (
     FORM_FIELDS,

@@ -34,12 +34,12 @@ from mlyard.backends.base import (
     ReplicaRef,
 )
 from mlyard.backends.kubernetes import inventory, names
-from mlyard.backends.kubernetes.render import render_attempt
+from mlyard.backends.kubernetes.objects import render_attempt
 from mlyard.backends.kubernetes.settings import KubernetesSettings
 from mlyard.backends.kubernetes.status import observe_pod, parse_time
 from mlyard.backends.kubernetes.watcher import PodCache, PodWatcher
 from mlyard.errors import MlyardError
-from mlyard.launcher import EXIT_FILE, read_json
+from mlyard.runtime.launcher import EXIT_FILE, read_json
 
 log = logging.getLogger("mlyard.backends.kubernetes")
 

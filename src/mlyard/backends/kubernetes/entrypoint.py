@@ -23,7 +23,7 @@ import threading
 import time
 from pathlib import Path
 
-from mlyard.launcher import EXIT_FILE, LAUNCH_CONFIG, OUTPUT_LOG, Launcher, read_json
+from mlyard.runtime.launcher import EXIT_FILE, LAUNCH_CONFIG, OUTPUT_LOG, Launcher, read_json
 
 PEER_WAIT_SECONDS = 300.0
 _FOLLOW_INTERVAL = 0.5

@@ -15,7 +15,7 @@ from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from mlyard.backends.base import GpuDescription, NodeDescription
-from mlyard.backends.kubernetes.render import GPU_RESOURCE
+from mlyard.backends.kubernetes.objects import GPU_RESOURCE
 
 _SUFFIXES = {
     "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60,

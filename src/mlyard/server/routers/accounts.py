@@ -4,7 +4,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path, Query, Request, status
 
-from mlyard.account_models import (
+from mlyard.api.accounts import (
     USER_NAME_PATTERN,
     IssuedToken,
     LoginRequest,
@@ -14,8 +14,8 @@ from mlyard.account_models import (
     TokenInfo,
     UserInfo,
 )
-from mlyard.api_models import ErrorBody
-from mlyard.server.login_throttle import LoginThrottle
+from mlyard.api.errors import ErrorBody
+from mlyard.server.http.login_throttle import LoginThrottle
 from mlyard.server.routers.dependencies import DatabaseDependency, PrincipalDependency
 from mlyard.server.services import accounts
 

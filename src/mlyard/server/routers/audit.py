@@ -4,8 +4,8 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 
-from mlyard.api_models import ErrorBody
-from mlyard.audit_models import DEFAULT_PAGE, MAX_PAGE, AuditPage
+from mlyard.api.errors import ErrorBody
+from mlyard.api.audit import DEFAULT_PAGE, MAX_PAGE, AuditPage
 from mlyard.server.routers.dependencies import DatabaseDependency, PrincipalDependency
 from mlyard.server.services import audit
 

@@ -8,7 +8,7 @@ from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from mlyard.server import auth
-from mlyard.server.db import Database
+from mlyard.server.store.db import Database
 
 bearer = HTTPBearer(auto_error=False, description="an mlyard API token")
 

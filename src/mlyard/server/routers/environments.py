@@ -4,8 +4,8 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path, Request, Response, status
 
-from mlyard.api_models import ErrorBody
-from mlyard.environment_models import EnvironmentInfo, EnvironmentRequest
+from mlyard.api.errors import ErrorBody
+from mlyard.api.environments import EnvironmentInfo, EnvironmentRequest
 from mlyard.server.routers.dependencies import DatabaseDependency, PrincipalDependency
 from mlyard.server.services import environments
 from mlyard.spec import NAME_PATTERN

@@ -4,8 +4,9 @@ from typing import Annotated
 
 from fastapi import APIRouter, Header, Path, Query, Response, status
 
-from mlyard.account_models import USER_NAME_PATTERN
-from mlyard.api_models import ErrorBody, JobDetail, JobInfo, LogChunk
+from mlyard.api.accounts import USER_NAME_PATTERN
+from mlyard.api.errors import ErrorBody
+from mlyard.api.jobs import JobDetail, JobInfo, LogChunk
 from mlyard.server.routers.dependencies import (
     DatabaseDependency,
     ImageCheckDependency,

@@ -4,7 +4,8 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query, status
 
-from mlyard.api_models import ErrorBody, MetricsPage, MetricsReport
+from mlyard.api.errors import ErrorBody
+from mlyard.api.metrics import MetricsPage, MetricsReport
 from mlyard.server.routers.dependencies import DatabaseDependency, PrincipalDependency
 from mlyard.server.routers.jobs import ERRORS, JobId
 from mlyard.server.services import metrics

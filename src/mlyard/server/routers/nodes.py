@@ -2,7 +2,8 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from mlyard.api_models import ErrorBody, NodeInfo
+from mlyard.api.errors import ErrorBody
+from mlyard.api.nodes import NodeInfo
 from mlyard.server.routers.dependencies import DatabaseDependency, PrincipalDependency
 from mlyard.server.services import nodes
 

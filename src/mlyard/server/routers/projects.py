@@ -4,9 +4,9 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path, Request, status
 
-from mlyard.account_models import USER_NAME_PATTERN
-from mlyard.api_models import ErrorBody
-from mlyard.project_models import (
+from mlyard.api.accounts import USER_NAME_PATTERN
+from mlyard.api.errors import ErrorBody
+from mlyard.api.projects import (
     Membership,
     NewProject,
     ProjectChange,

@@ -4,7 +4,8 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path, status
 
-from mlyard.api_models import ErrorBody, QueueInfo, QueueSettings
+from mlyard.api.errors import ErrorBody
+from mlyard.api.queues import QueueInfo, QueueSettings
 from mlyard.server.routers.dependencies import (
     DatabaseDependency,
     PrincipalDependency,

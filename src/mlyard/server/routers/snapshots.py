@@ -7,7 +7,8 @@ from typing import Annotated
 from fastapi import APIRouter, Path, Query, Request, status
 from starlette.concurrency import run_in_threadpool
 
-from mlyard.api_models import ErrorBody, SnapshotInfo
+from mlyard.api.errors import ErrorBody
+from mlyard.api.snapshots import SnapshotInfo
 from mlyard.errors import PayloadTooLarge
 from mlyard.server.routers.dependencies import DatabaseDependency, PrincipalDependency
 from mlyard.server.services import snapshots

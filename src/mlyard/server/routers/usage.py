@@ -4,7 +4,9 @@ from typing import Annotated, Literal
 
 from fastapi import APIRouter, Query, Request
 
-from mlyard.api_models import ErrorBody, TensorBoardInfo, UsageReport
+from mlyard.api.errors import ErrorBody
+from mlyard.api.jobs import TensorBoardInfo
+from mlyard.api.usage import UsageReport
 from mlyard.server.routers.dependencies import DatabaseDependency, PrincipalDependency
 from mlyard.server.routers.jobs import ERRORS, JobId
 from mlyard.server.services import tensorboard, usage

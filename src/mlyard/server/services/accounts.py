@@ -15,7 +15,7 @@ import time
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 
-from mlyard.account_models import (
+from mlyard.api.accounts import (
     IssuedToken,
     LoginRequest,
     NewToken,
@@ -26,9 +26,9 @@ from mlyard.account_models import (
 )
 from mlyard.errors import Conflict, Forbidden, NotFound, Unauthorized
 from mlyard.server import auth
-from mlyard.server.db import Database
-from mlyard.server.login_throttle import LoginThrottle
-from mlyard.server.rows import ApiTokenRow, UserRow
+from mlyard.server.store.db import Database
+from mlyard.server.http.login_throttle import LoginThrottle
+from mlyard.server.store.rows import ApiTokenRow, UserRow
 
 SESSION_LIFETIME = 7 * 24 * 3600.0
 LISTED_KINDS = ("api", "session")

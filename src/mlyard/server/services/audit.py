@@ -9,11 +9,11 @@ from typing import Any
 
 from sqlalchemy import delete, or_, select
 
-from mlyard.audit_models import DEFAULT_PAGE, AuditEvent, AuditPage
+from mlyard.api.audit import DEFAULT_PAGE, AuditEvent, AuditPage
 from mlyard.errors import InvalidRequest
 from mlyard.server import auth
-from mlyard.server.db import Database
-from mlyard.server.rows import AuditEventRow
+from mlyard.server.store.db import Database
+from mlyard.server.store.rows import AuditEventRow
 
 ANONYMOUS = "anonymous"
 """The actor of a request that carried no valid credentials (a failed login, say)."""

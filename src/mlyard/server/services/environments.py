@@ -11,11 +11,11 @@ from pathlib import Path
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from mlyard.environment_models import EnvironmentInfo, EnvironmentRequest
+from mlyard.api.environments import EnvironmentInfo, EnvironmentRequest
 from mlyard.errors import Conflict, Forbidden, InvalidRequest, NotFound
 from mlyard.server import auth
-from mlyard.server.db import Database
-from mlyard.server.rows import EnvironmentRow, JobRow
+from mlyard.server.store.db import Database
+from mlyard.server.store.rows import EnvironmentRow, JobRow
 from mlyard.spec import JobStatus
 
 LOG_TAIL_LINES = 20

@@ -16,7 +16,7 @@ from sqlalchemy import delete, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, selectinload
 
-from mlyard.api_models import AttemptInfo, EventInfo, JobDetail, JobInfo, ReplicaInfo
+from mlyard.api.jobs import AttemptInfo, EventInfo, JobDetail, JobInfo, ReplicaInfo
 from mlyard.errors import (
     Conflict,
     InvalidRequest,
@@ -25,16 +25,17 @@ from mlyard.errors import (
     Unschedulable,
 )
 from mlyard.scheduler import unschedulable_reason
-from mlyard.server import auth, logfiles
-from mlyard.server.cluster import (
+from mlyard.server import auth
+from mlyard.server.store import logfiles
+from mlyard.server.control.scheduler_input import (
     DEFAULT_QUEUE,
     attempt_run_time,
     scheduler_node,
     service_rate,
     smallest_gang,
 )
-from mlyard.server.db import Database
-from mlyard.server.rows import (
+from mlyard.server.store.db import Database
+from mlyard.server.store.rows import (
     AttemptRow,
     IdempotencyKeyRow,
     JobEventRow,

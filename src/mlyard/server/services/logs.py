@@ -5,11 +5,12 @@ from __future__ import annotations
 from sqlalchemy import select
 from sqlalchemy.orm import selectinload
 
-from mlyard.api_models import LogChunk
+from mlyard.api.jobs import LogChunk
 from mlyard.errors import NotFound
-from mlyard.server import auth, logfiles
-from mlyard.server.db import Database
-from mlyard.server.rows import AttemptRow, JobRow
+from mlyard.server import auth
+from mlyard.server.store import logfiles
+from mlyard.server.store.db import Database
+from mlyard.server.store.rows import AttemptRow, JobRow
 from mlyard.spec import JobStatus
 
 

@@ -6,11 +6,11 @@ import time
 
 from sqlalchemy import func, select
 
-from mlyard.api_models import METRICS_PAGE_SIZE, MetricPoint, MetricsPage, MetricsReport
+from mlyard.api.metrics import METRICS_PAGE_SIZE, MetricPoint, MetricsPage, MetricsReport
 from mlyard.errors import Conflict, PayloadTooLarge
 from mlyard.server import auth
-from mlyard.server.db import Database
-from mlyard.server.rows import JobRow, MetricRow
+from mlyard.server.store.db import Database
+from mlyard.server.store.rows import JobRow, MetricRow
 
 MAX_POINTS_PER_JOB = 1_000_000
 """A job that reports more is refused: the table stays bounded whatever a training loop does."""

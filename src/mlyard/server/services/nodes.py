@@ -7,12 +7,12 @@ from collections.abc import Sequence
 
 from sqlalchemy import select
 
-from mlyard.api_models import GpuInfo, NodeInfo
+from mlyard.api.nodes import GpuInfo, NodeInfo
 from mlyard.backends.base import NodeDescription
 from mlyard.server import auth
-from mlyard.server.db import Database
-from mlyard.server.rows import AttemptRow, NodeRow, ReplicaRow
-from mlyard.server.services.monitoring import inventory_of, latest_usage
+from mlyard.server.store.db import Database
+from mlyard.server.store.rows import AttemptRow, NodeRow, ReplicaRow
+from mlyard.server.services.resources import inventory_of, latest_usage
 
 
 def record_nodes(database: Database, backend_name: str, nodes: Sequence[NodeDescription]) -> None:

@@ -16,11 +16,11 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from mlyard.errors import Conflict, MlyardError, NotFound
-from mlyard.project_models import ProjectStorage, StoredSnapshot
+from mlyard.api.projects import ProjectStorage, StoredSnapshot
 from mlyard.server import auth
 from mlyard.server.auth import Role
-from mlyard.server.db import Database, insert_if_absent
-from mlyard.server.rows import JobRow, ProjectRow, ProjectSnapshotRow, SnapshotRow
+from mlyard.server.store.db import Database, insert_if_absent
+from mlyard.server.store.rows import JobRow, ProjectRow, ProjectSnapshotRow, SnapshotRow
 from mlyard.spec import JobStatus, format_bytes
 from mlyard.storage import BlobStore
 

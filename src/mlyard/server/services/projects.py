@@ -14,7 +14,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from mlyard.errors import Conflict, InvalidRequest, NotFound
-from mlyard.project_models import (
+from mlyard.api.projects import (
     Membership,
     NewProject,
     ProjectChange,
@@ -24,8 +24,8 @@ from mlyard.project_models import (
 )
 from mlyard.server import auth
 from mlyard.server.auth import Role
-from mlyard.server.db import Database, insert_if_absent
-from mlyard.server.rows import ProjectMemberRow, ProjectRow, UserRow
+from mlyard.server.store.db import Database, insert_if_absent
+from mlyard.server.store.rows import ProjectMemberRow, ProjectRow, UserRow
 from mlyard.server.services import project_storage
 
 DEFAULT_PROJECT = "default"

@@ -16,18 +16,12 @@ from dataclasses import dataclass, field
 from sqlalchemy import select
 from sqlalchemy.orm import Session, selectinload
 
-from mlyard.api_models import (
-    QueueAmounts,
-    QueueInfo,
-    QueueSettings,
-    QueueUsage,
-    WaitingJob,
-)
+from mlyard.api.queues import QueueAmounts, QueueInfo, QueueSettings, QueueUsage, WaitingJob
 from mlyard.errors import Conflict, NotFound
 from mlyard.server import auth
-from mlyard.server.cluster import DEFAULT_QUEUE
-from mlyard.server.db import Database, insert_if_absent
-from mlyard.server.rows import AttemptRow, JobRow, QueueRow
+from mlyard.server.control.scheduler_input import DEFAULT_QUEUE
+from mlyard.server.store.db import Database, insert_if_absent
+from mlyard.server.store.rows import AttemptRow, JobRow, QueueRow
 from mlyard.server.services import projects
 from mlyard.spec import TERMINAL_STATUSES, JobStatus
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable
 
-from mlyard.api_models import SnapshotInfo
+from mlyard.api.snapshots import SnapshotInfo
 from mlyard.errors import MlyardError, NotFound, PayloadTooLarge
 from mlyard.server import auth
-from mlyard.server.db import Database, insert_if_absent
-from mlyard.server.rows import SnapshotRow
+from mlyard.server.store.db import Database, insert_if_absent
+from mlyard.server.store.rows import SnapshotRow
 from mlyard.server.services import project_storage, projects
 from mlyard.storage import (
     DEFAULT_MAX_SNAPSHOT_BYTES,

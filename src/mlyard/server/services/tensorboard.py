@@ -4,11 +4,11 @@ path themselves, since only the server knows its home."""
 
 from __future__ import annotations
 
-from mlyard.api_models import TensorBoardInfo
-from mlyard.config import Paths
+from mlyard.api.jobs import TensorBoardInfo
+from mlyard.paths import Paths
 from mlyard.server import auth
-from mlyard.server.db import Database
-from mlyard.server.rows import JobRow
+from mlyard.server.store.db import Database
+from mlyard.server.store.rows import JobRow
 
 
 def directory(database: Database, principal: auth.Principal, paths: Paths, job_id: int) -> TensorBoardInfo:

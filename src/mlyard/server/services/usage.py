@@ -16,11 +16,11 @@ from typing import Literal
 
 from sqlalchemy import or_, select
 
-from mlyard.api_models import UsageAmount, UsageDay, UsageReport, UsageRow
+from mlyard.api.usage import UsageAmount, UsageDay, UsageReport, UsageRow
 from mlyard.errors import InvalidRequest
 from mlyard.server import auth
-from mlyard.server.db import Database
-from mlyard.server.rows import AttemptRow, JobRow, ReplicaRow, UserRow
+from mlyard.server.store.db import Database
+from mlyard.server.store.rows import AttemptRow, JobRow, ReplicaRow, UserRow
 
 DAY = 86400.0
 DEFAULT_WINDOW = 7 * DAY

@@ -1,0 +1,110 @@
+"""What the API takes and returns about jobs: their attempts, replicas, events, logs and TensorBoard.
+
+Times are UTC seconds since the epoch.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+from mlyard.spec import JobSpec, JobStatus
+
+
+class ReplicaInfo(BaseModel):
+    name: str
+    role: str
+    index: int
+    rank: int
+    node: str
+    state: str
+    pid: int | None
+    exit_code: int | None
+    cpu_ids: list[int]
+    gpu_ids: list[int]
+    memory_bytes: int
+    started_at: float | None
+    finished_at: float | None
+    reason: str | None = Field(default=None, description="what the backend said about the state: out of memory, "
+                               "unschedulable, image not found")
+
+
+class AttemptInfo(BaseModel):
+    number: int
+    created_at: float
+    launched_at: float | None
+    running_at: float | None
+    finished_at: float | None
+    stop_reason: str | None
+    stop_outcome: JobStatus | None = Field(
+        default=None, description="what a requested stop made of the job; PREEMPTED: it went back to the queue"
+    )
+    master_port: int | None
+    exit_code: int | None = Field(
+        default=None, description="the first non-zero exit code of its replicas; 0 when all exited 0"
+    )
+    replicas: list[ReplicaInfo]
+
+
+class EventInfo(BaseModel):
+    at: float
+    from_status: JobStatus | None
+    to_status: JobStatus
+    message: str | None
+
+
+class JobInfo(BaseModel):
+    id: int
+    name: str
+    project: str
+    queue: str
+    priority: int
+    owner: str | None = Field(default=None, description="the user who submitted it")
+    status: JobStatus
+    message: str | None
+    exit_code: int | None
+    replica_count: int
+    attempt_count: int
+    snapshot: str | None
+    submitted_at: float
+    started_at: float | None
+    finished_at: float | None
+    wait_reason: str | None = Field(
+        default=None, description="why a QUEUED (or RESTARTING, after its backoff) job has not started yet"
+    )
+    attained_service: float = Field(
+        default=0.0, description="GPU-seconds it consumed so far (core-seconds for a job without GPUs)"
+    )
+    attained_time: float = Field(default=0.0, description="seconds its attempts ran so far")
+    preemption_count: int = Field(default=0, description="times the scheduler stopped it and queued it again")
+    restart_count: int = Field(default=0, description="times it was restarted after a failed attempt")
+    restart_at: float | None = Field(default=None, description="while RESTARTING: when its backoff ends")
+    idle_since: float | None = Field(
+        default=None, description="while RUNNING: since when its GPUs (its CPU, without GPUs) stayed under the "
+        "server's idle threshold; null while it is busy or not judged yet"
+    )
+    idle_reason: str | None = Field(default=None, description="the idle warning in words, with `idle_since`")
+    spec: JobSpec
+
+
+class JobDetail(JobInfo):
+    attempts: list[AttemptInfo]
+    events: list[EventInfo]
+    log_tail: dict[str, list[str]] = Field(
+        default_factory=dict, description="last lines of each replica's log in the latest attempt"
+    )
+
+
+class LogChunk(BaseModel):
+    job_id: int
+    attempt: int
+    replica: str
+    offset: int
+    next_offset: int
+    text: str
+    complete: bool = Field(description="the replica has exited and everything it wrote was returned")
+
+
+class TensorBoardInfo(BaseModel):
+    job_id: int
+    directory: str = Field(description="the job's TensorBoard log directory (MLYARD_TENSORBOARD_DIR of its replicas)")
+    exists: bool = Field(description="false until the job's first attempt is launched")

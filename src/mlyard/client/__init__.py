@@ -1,0 +1,320 @@
+"""A typed HTTP client for the mlyard API, used by the CLI, the in-job SDK and tests.
+
+The server is found through MLYARD_URL or MLYARD_HOME (see `mlyard.client.settings`); the token
+through MLYARD_TOKEN, the one `mlyard login` stored for that server, or the admin token file.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import httpx
+from pydantic import TypeAdapter
+
+from mlyard.client import settings as client_settings
+from mlyard.api.accounts import IssuedToken, TokenInfo, UserInfo
+from mlyard.api.errors import ErrorBody, FieldError
+from mlyard.api.health import Health
+from mlyard.api.jobs import JobDetail, JobInfo, LogChunk, TensorBoardInfo
+from mlyard.api.resources import JobResources, NodeSamples, RunningJobUsage
+from mlyard.api.metrics import MetricsPage
+from mlyard.api.nodes import NodeInfo
+from mlyard.api.queues import QueueInfo
+from mlyard.api.snapshots import SnapshotInfo
+from mlyard.api.usage import UsageReport
+from mlyard.api.audit import AuditPage
+from mlyard.api.environments import EnvironmentInfo, EnvironmentRequest
+from mlyard.api.projects import ProjectInfo, ProjectStorage
+from mlyard.spec import JobSpec, JobStatus
+
+UPLOAD_CHUNK = 256 * 1024
+RETRY_SECONDS = 60.0
+"""How long a request that is safe to repeat keeps being retried while the server cannot be
+reached (it may be restarting)."""
+
+
+class ClientError(Exception):
+    """An answer other than success, or no answer; `str()` is one line for a person."""
+
+    def __init__(self, message: str, *, status: int | None = None, code: str | None = None,
+                 details: Sequence[FieldError] = ()):
+        super().__init__(message)
+        self.message = message
+        self.status = status
+        self.code = code
+        self.details = list(details)
+
+
+class Client:
+    def __init__(self, url: str | None = None, token: str | None = None, *, timeout: float = 30.0,
+                 retry_seconds: float = RETRY_SECONDS):
+        self.url = (url or client_settings.server_url()).rstrip("/")
+        self.retry_seconds = retry_seconds
+        self._reached = False
+        self.token = token if token is not None else client_settings.api_token()
+        headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
+        self._http = httpx.Client(base_url=f"{self.url}/api/v1", headers=headers, timeout=timeout)
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+    def _request(self, method: str, path: str, *, retry: bool | None = None, **kwargs: Any) -> httpx.Response:
+        """`retry`: repeat on connection errors for up to `retry_seconds` (by default for GETs
+        only; a POST only when it carries an Idempotency-Key, so a repeat cannot duplicate).
+        A server this client never reached is reported at once: it is not running, rather than
+        restarting."""
+        retry = method == "GET" if retry is None else retry
+        deadline = time.monotonic() + self.retry_seconds
+        pause = 0.1
+        while True:
+            try:
+                response = self._http.request(method, path, **kwargs)
+                self._reached = True
+                break
+            except httpx.TransportError as error:
+                restarting = self._reached or not isinstance(error, httpx.ConnectError)
+                if retry and restarting and time.monotonic() + pause < deadline:
+                    time.sleep(pause)
+                    pause = min(pause * 2, 2.0)
+                    continue
+                raise ClientError(
+                    f"cannot reach the mlyard server at {self.url} ({error.__class__.__name__}); "
+                    "is it running? Start it with 'mlyard server start'"
+                ) from error
+        if response.is_success:
+            return response
+        try:
+            body = ErrorBody.model_validate(response.json())
+            raise ClientError(body.message, status=response.status_code, code=body.error, details=body.details)
+        except ValueError:
+            raise ClientError(f"the server answered {response.status_code}: {response.text[:200]}",
+                              status=response.status_code) from None
+
+    def health(self) -> Health:
+        return Health.model_validate(self._request("GET", "/health").json())
+
+    def submit(self, spec: JobSpec | dict[str, Any], *, idempotency_key: str | None = None) -> JobInfo:
+        """Submits with an Idempotency-Key (a new one unless given) and retries on connection
+        errors: an answer lost to a server crash never leads to a second job."""
+        payload = spec.model_dump(mode="json", exclude_defaults=True) if isinstance(spec, JobSpec) else spec
+        headers = {"Idempotency-Key": idempotency_key or str(uuid.uuid4())}
+        return JobInfo.model_validate(
+            self._request("POST", "/jobs", json=payload, headers=headers, retry=True).json())
+
+    def jobs(self, *, statuses: Sequence[JobStatus] = (), include_finished: bool = False, queue: str | None = None,
+             owner: str | None = None, search: str | None = None) -> list[JobInfo]:
+        params: list[tuple[str, str]] = [("status", status.value) for status in statuses]
+        if include_finished:
+            params.append(("all", "true"))
+        params += [(name, value) for name, value in (("queue", queue), ("owner", owner), ("search", search)) if value]
+        return TypeAdapter(list[JobInfo]).validate_python(self._request("GET", "/jobs", params=params).json())
+
+    def job(self, job_id: int) -> JobDetail:
+        return JobDetail.model_validate(self._request("GET", f"/jobs/{job_id}").json())
+
+    def cancel(self, job_id: int) -> JobInfo:
+        return JobInfo.model_validate(self._request("POST", f"/jobs/{job_id}/cancel").json())
+
+    def logs(self, job_id: int, *, replica: str | None = None, attempt: int | None = None, offset: int = 0) -> LogChunk:
+        params: dict[str, Any] = {"offset": offset}
+        if replica is not None:
+            params["replica"] = replica
+        if attempt is not None:
+            params["attempt"] = attempt
+        return LogChunk.model_validate(self._request("GET", f"/jobs/{job_id}/logs", params=params).json())
+
+    def follow_logs(self, job_id: int, *, replica: str | None = None, attempt: int | None = None,
+                    poll_seconds: float = 0.5) -> Iterator[str]:
+        """Yields log text as it is written until the replica is done (or the job has ended);
+        the latest attempt unless `attempt` is given."""
+        offset = 0
+        while True:
+            chunk = self.logs(job_id, replica=replica, attempt=attempt, offset=offset)
+            attempt = attempt or chunk.attempt or None
+            offset = chunk.next_offset
+            if chunk.text:
+                yield chunk.text
+            elif chunk.complete:
+                return
+            else:
+                time.sleep(poll_seconds)
+
+    def report(self, job_id: int, step: int, metrics: dict[str, float], *, rank: int = 0) -> int:
+        body = {"step": step, "metrics": metrics, "rank": rank}
+        return self._request("POST", f"/jobs/{job_id}/metrics", json=body).json()["stored"]
+
+    def metrics(self, job_id: int, *, names: Sequence[str] = (), after: int = 0) -> MetricsPage:
+        params: list[tuple[str, str | int]] = [("name", name) for name in names]
+        params.append(("after", after))
+        return MetricsPage.model_validate(self._request("GET", f"/jobs/{job_id}/metrics", params=params).json())
+
+    def tensorboard(self, job_id: int) -> TensorBoardInfo:
+        return TensorBoardInfo.model_validate(self._request("GET", f"/jobs/{job_id}/tensorboard").json())
+
+    def usage(self, *, since: float | None = None, until: float | None = None, by: str = "user") -> UsageReport:
+        params: dict[str, Any] = {"by": by}
+        if since is not None:
+            params["since"] = since
+        if until is not None:
+            params["until"] = until
+        return UsageReport.model_validate(self._request("GET", "/usage", params=params).json())
+
+    def audit(self, *, since: float | None = None, until: float | None = None, actor: str | None = None,
+              route: str | None = None, limit: int = 100, before_id: int | None = None) -> AuditPage:
+        """Requests that changed something, newest first (administrators only)."""
+        params = {name: value for name, value in (("since", since), ("until", until), ("actor", actor),
+                                                  ("route", route), ("limit", limit), ("before_id", before_id))
+                  if value is not None}
+        return AuditPage.model_validate(self._request("GET", "/audit", params=params).json())
+
+    def nodes(self) -> list[NodeInfo]:
+        return TypeAdapter(list[NodeInfo]).validate_python(self._request("GET", "/nodes").json())
+
+    def node_samples(self, name: str, *, since: float | None = None, resolution: str = "raw") -> NodeSamples:
+        params: dict[str, Any] = {"resolution": resolution, **({"since": since} if since is not None else {})}
+        return NodeSamples.model_validate(self._request("GET", f"/nodes/{name}/samples", params=params).json())
+
+    def job_resources(self, job_id: int, *, since: float | None = None, resolution: str = "raw") -> JobResources:
+        """CPU, memory and GPU memory of the job's processes over time, and of each replica now."""
+        params: dict[str, Any] = {"resolution": resolution, **({"since": since} if since is not None else {})}
+        return JobResources.model_validate(self._request("GET", f"/jobs/{job_id}/resources", params=params).json())
+
+    def running_jobs(self) -> list[RunningJobUsage]:
+        """Every job holding resources with its replicas' latest figures added up, in one request."""
+        return TypeAdapter(list[RunningJobUsage]).validate_python(self._request("GET", "/resources/jobs").json())
+
+    def queues(self) -> list[QueueInfo]:
+        return TypeAdapter(list[QueueInfo]).validate_python(self._request("GET", "/queues").json())
+
+    def queue(self, name: str) -> QueueInfo:
+        return QueueInfo.model_validate(self._request("GET", f"/queues/{name}").json())
+
+    def set_queue(self, name: str, settings: dict[str, Any]) -> QueueInfo:
+        """Creates or updates a queue; `settings` holds only the fields to change (see `QueueSettings`)."""
+        return QueueInfo.model_validate(self._request("PUT", f"/queues/{name}", json=settings, retry=True).json())
+
+    def delete_queue(self, name: str) -> None:
+        self._request("DELETE", f"/queues/{name}")
+
+    def login(self, user: str, password: str, *, expires_in: float | None = None,
+              token_name: str = "mlyard login") -> IssuedToken:
+        """A new token for a user name and password; this client needs no token for it."""
+        body: dict[str, Any] = {"user": user, "password": password, "token_name": token_name}
+        if expires_in is not None:
+            body["expires_in"] = expires_in
+        return IssuedToken.model_validate(self._request("POST", "/login", json=body).json())
+
+    def whoami(self) -> UserInfo:
+        return UserInfo.model_validate(self._request("GET", "/whoami").json())
+
+    def users(self) -> list[UserInfo]:
+        return TypeAdapter(list[UserInfo]).validate_python(self._request("GET", "/users").json())
+
+    def create_user(self, name: str, *, password: str | None = None, admin: bool = False) -> UserInfo:
+        body = {"name": name, "password": password, "admin": admin}
+        return UserInfo.model_validate(self._request("POST", "/users", json=body).json())
+
+    def set_password(self, name: str, password: str, *, current_password: str | None = None) -> UserInfo:
+        body = {"password": password, "current_password": current_password}
+        return UserInfo.model_validate(self._request("PUT", f"/users/{name}/password", json=body).json())
+
+    def tokens(self, *, every_user: bool = False) -> list[TokenInfo]:
+        params = {"all": "true"} if every_user else {}
+        return TypeAdapter(list[TokenInfo]).validate_python(self._request("GET", "/tokens", params=params).json())
+
+    def create_token(self, name: str, *, expires_in: float | None = None) -> IssuedToken:
+        body = {"name": name, "expires_in": expires_in}
+        return IssuedToken.model_validate(self._request("POST", "/tokens", json=body).json())
+
+    def revoke_token(self, token_id: int) -> TokenInfo:
+        return TokenInfo.model_validate(self._request("DELETE", f"/tokens/{token_id}").json())
+
+    def projects(self) -> list[ProjectInfo]:
+        return TypeAdapter(list[ProjectInfo]).validate_python(self._request("GET", "/projects").json())
+
+    def project(self, name: str) -> ProjectInfo:
+        return ProjectInfo.model_validate(self._request("GET", f"/projects/{name}").json())
+
+    def create_project(self, name: str, *, description: str | None = None,
+                       limits: dict[str, Any] | None = None) -> ProjectInfo:
+        body = {"name": name, "description": description, "limits": limits or {}}
+        return ProjectInfo.model_validate(self._request("POST", "/projects", json=body).json())
+
+    def change_project(self, name: str, change: dict[str, Any]) -> ProjectInfo:
+        """`change` holds only what changes: description, limits (see `ProjectChange`)."""
+        return ProjectInfo.model_validate(self._request("PATCH", f"/projects/{name}", json=change).json())
+
+    def set_member(self, project: str, user: str, role: str) -> ProjectInfo:
+        response = self._request("PUT", f"/projects/{project}/members/{user}", json={"role": role}, retry=True)
+        return ProjectInfo.model_validate(response.json())
+
+    def build_environment(self, request: EnvironmentRequest) -> EnvironmentInfo:
+        response = self._request("POST", "/environments", json=request.model_dump(mode="json"))
+        return EnvironmentInfo.model_validate(response.json())
+
+    def environments(self) -> list[EnvironmentInfo]:
+        return TypeAdapter(list[EnvironmentInfo]).validate_python(self._request("GET", "/environments").json())
+
+    def environment(self, name: str) -> EnvironmentInfo:
+        return EnvironmentInfo.model_validate(self._request("GET", f"/environments/{name}").json())
+
+    def remove_environment(self, name: str) -> None:
+        self._request("DELETE", f"/environments/{name}")
+
+    def project_storage(self, project: str) -> ProjectStorage:
+        return ProjectStorage.model_validate(self._request("GET", f"/projects/{project}/snapshots").json())
+
+    def release_snapshot(self, project: str, digest: str) -> ProjectStorage:
+        return ProjectStorage.model_validate(self._request("DELETE", f"/projects/{project}/snapshots/{digest}").json())
+
+    def remove_member(self, project: str, user: str) -> ProjectInfo:
+        return ProjectInfo.model_validate(self._request("DELETE", f"/projects/{project}/members/{user}").json())
+
+    def snapshot_exists(self, digest: str) -> bool:
+        try:
+            self._request("GET", f"/snapshots/{digest}")
+            return True
+        except ClientError as error:
+            if error.status == 404:
+                return False
+            raise
+
+    def upload_snapshot(self, path: Path, digest: str, *, progress: Callable[[int], None] | None = None,
+                        project: str | None = None) -> SnapshotInfo:
+        def chunks() -> Iterator[bytes]:
+            with open(path, "rb") as handle:
+                while data := handle.read(UPLOAD_CHUNK):
+                    yield data
+                    if progress is not None:
+                        progress(len(data))
+
+        headers = {"Content-Type": "application/gzip", "Content-Length": str(path.stat().st_size)}
+        response = self._request("PUT", f"/snapshots/{digest}", content=chunks(), headers=headers,
+                                 params={"project": project} if project else None)
+        return SnapshotInfo.model_validate(response.json())
+
+    def wait(self, job_id: int, *, poll_seconds: float = 0.5, timeout: float | None = None,
+             on_change: Callable[[JobInfo], None] | None = None) -> JobInfo:
+        """Polls until the job ends (or `timeout` passes: ClientError)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        last = None
+        while True:
+            job = self.job(job_id)
+            if on_change is not None and job.status != last:
+                on_change(job)
+                last = job.status
+            if job.status.is_terminal:
+                return job
+            if deadline is not None and time.monotonic() > deadline:
+                raise ClientError(f"job {job_id} is still {job.status.value} after {timeout:g}s")
+            time.sleep(poll_seconds)

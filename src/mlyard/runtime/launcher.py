@@ -1,0 +1,365 @@
+"""The shim that runs inside every replica: `python -m mlyard.runtime.launcher REPLICA_DIRECTORY`.
+
+It reads `launch.json` from the replica directory, pins the CPUs, joins a memory cgroup
+when one is configured, extracts the code snapshot into `code/`, and runs the user command
+there in a process group of its own. Its stdout and stderr go through a pipe that a thread of
+the launcher copies into `output.log`, up to `max_log_bytes` (MLYARD_MAX_LOG_BYTES); past that
+the output is read and dropped, so the command never blocks on a full pipe, and one line says
+so. SIGTERM and SIGINT are forwarded to the whole group. When the command ends, anything it
+left in its group is killed, the rest of its output is copied, and `exit.json` is written
+(atomically), so the controller can read the outcome even after a server restart.
+`started.json` says the user command is running. When the config names an OS account
+(`run_as`), the code directory becomes that account's and the command runs as it, with an
+environment that keeps nothing of the server's but PATH and the locale.
+
+From its start until `exit.json` is written, a thread touches `heartbeat` every
+HEARTBEAT_INTERVAL seconds: a replica whose beats stop (the launcher killed, frozen, or its node
+gone) is taken for lost after HEARTBEAT_TIMEOUT, even by a server that cannot see its pid.
+
+It imports little, so a replica starts fast.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+LAUNCH_CONFIG = "launch.json"
+OUTPUT_LOG = "output.log"
+STARTED_FILE = "started.json"
+EXIT_FILE = "exit.json"
+LAUNCHER_LOG = "launcher.log"
+LAUNCHER_FILE = "launcher.json"  # written by the backend: the launcher's pid and start time
+HEARTBEAT_FILE = "heartbeat"  # its modification time is the launcher's last beat
+HEARTBEAT_INTERVAL = 1.0
+# Several missed beats, so a busy machine or a slow shared file system is not taken for a
+# dead replica; still well within the 10 s in which a lost replica must be noticed.
+HEARTBEAT_TIMEOUT = 5.0
+CODE_DIRECTORY = "code"
+COMMAND_NOT_FOUND = 127
+COMMAND_NOT_EXECUTABLE = 126
+_PR_SET_CHILD_SUBREAPER = 36
+DEFAULT_MAX_LOG_BYTES = 1024**3
+_COPY_CHUNK = 64 * 1024
+_PIPE_SIZE = 1024 * 1024
+# The command is gone and its group killed by then: what is left in the pipe is at most its size.
+_COPY_DRAIN_TIMEOUT = 10.0
+
+
+def write_json_atomically(path: Path, payload: dict) -> None:
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    temporary.write_text(json.dumps(payload))
+    os.replace(temporary, path)
+
+
+def read_json(path: Path) -> dict | None:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+# What a replica of another account inherits from the server's environment: nothing that
+# could carry the server's secrets (MLYARD_DATABASE_URL, credentials of its own).
+_INHERITED = ("PATH", "LANG", "LANGUAGE", "TZ", "TERM", "TMPDIR")
+
+
+def _account_environment(run_as: dict) -> dict[str, str]:
+    environment = {key: value for key, value in os.environ.items()
+                   if key in _INHERITED or key.startswith("LC_")}
+    environment.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
+    environment.update(HOME=run_as["home"], USER=run_as["name"], LOGNAME=run_as["name"], SHELL="/bin/sh")
+    return environment
+
+
+def _identity(run_as: dict | None) -> dict:
+    """Popen's arguments that run the command as the job's account, with no other groups."""
+    if not run_as:
+        return {}
+    return {"user": run_as["uid"], "group": run_as["gid"], "extra_groups": []}
+
+
+def _give_tree(directory: Path, uid: int, gid: int) -> None:
+    """The job's code becomes its account's (links themselves, never what they point to)."""
+    os.lchown(directory, uid, gid)
+    for root, directories, files in os.walk(directory):
+        for name in directories + files:
+            os.lchown(os.path.join(root, name), uid, gid)
+
+
+def _become_subreaper() -> None:
+    """Processes the command detaches into sessions of their own (torchrun's workers do) are
+    re-parented to the launcher instead of init, so `_kill_descendants` still finds them."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+
+
+def _kill_descendants() -> None:
+    """SIGKILL to every process still below the launcher, then reap them."""
+    import psutil
+
+    try:
+        leftovers = psutil.Process().children(recursive=True)
+    except psutil.Error:
+        return
+    for process in leftovers:
+        try:
+            process.kill()
+        except psutil.Error:
+            pass
+    psutil.wait_procs(leftovers, timeout=2)
+
+
+class Heartbeat:
+    """Touches the heartbeat file until stopped. A daemon thread: only a live, running
+    launcher beats, which is the point."""
+
+    def __init__(self, path: Path, interval: float = HEARTBEAT_INTERVAL):
+        self.path = path
+        self.interval = interval
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="heartbeat", daemon=True)
+
+    def beat(self) -> None:
+        try:
+            self.path.touch()
+        except OSError:  # a full or briefly unreachable volume: the next beat tries again
+            pass
+
+    def start(self) -> None:
+        self.beat()
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stopped.set()
+
+    def _run(self) -> None:
+        while not self._stopped.wait(self.interval):
+            self.beat()
+
+
+def format_bytes(count: int) -> str:
+    value, unit = float(count), "bytes"
+    for larger in ("KiB", "MiB", "GiB", "TiB"):
+        if value < 1024:
+            break
+        value, unit = value / 1024, larger
+    return f"{count} bytes" if unit == "bytes" else f"{value:.1f} {unit}"
+
+
+def truncation_line(limit: int) -> bytes:
+    return (f"[mlyard] log truncated: this replica wrote more than {format_bytes(limit)}; "
+            "the rest was discarded\n").encode()
+
+
+class CappedLog:
+    """Appends a replica's output to its log file until the file holds `limit` bytes, then
+    writes `truncation_line` once and discards the rest."""
+
+    def __init__(self, path: Path, limit: int):
+        self.limit = limit
+        self.file = open(path, "ab", buffering=0)  # noqa: SIM115 - open as long as the command runs; see close()
+        self.size = os.fstat(self.file.fileno()).st_size  # an earlier run's output counts too
+        self.truncated = False
+        self._last_byte = b"\n"
+        self._thread: threading.Thread | None = None
+
+    def write(self, data: bytes) -> None:
+        if self.truncated or not data:
+            return
+        kept = data[: max(0, self.limit - self.size)]
+        try:
+            if kept:
+                self.file.write(kept)
+                self.size += len(kept)
+                self._last_byte = kept[-1:]
+            if len(kept) < len(data):
+                self.truncated = True
+                # The cut may fall inside a line: the notice starts on a line of its own.
+                self.file.write((b"" if self._last_byte == b"\n" else b"\n") + truncation_line(self.limit))
+        except (OSError, ValueError):  # a full volume, or closed after a drain that timed out
+            pass
+
+    def follow(self, pipe: int) -> None:
+        """Copies from `pipe` in a thread until every writer has closed it."""
+        self._thread = threading.Thread(target=self._copy, args=(pipe,), name="output", daemon=True)
+        self._thread.start()
+
+    def _copy(self, pipe: int) -> None:
+        try:
+            while chunk := os.read(pipe, _COPY_CHUNK):
+                self.write(chunk)
+        finally:
+            os.close(pipe)
+
+    def close(self) -> None:
+        if self._thread is not None:
+            # A process outside the launcher's tree holding the pipe must not hold up exit.json.
+            self._thread.join(_COPY_DRAIN_TIMEOUT)
+        self.file.close()
+
+
+def _open_pipe() -> tuple[int, int]:
+    read_end, write_end = os.pipe()
+    try:  # fewer wake-ups of the copying thread for a command that prints a lot
+        import fcntl
+
+        fcntl.fcntl(write_end, fcntl.F_SETPIPE_SZ, _PIPE_SIZE)
+    except (ImportError, AttributeError, OSError):
+        pass
+    return read_end, write_end
+
+
+class Launcher:
+    def __init__(self, directory: Path):
+        self.directory = directory
+        self.config = json.loads((directory / LAUNCH_CONFIG).read_text())
+        self.child: subprocess.Popen | None = None
+        self.terminating_signal: int | None = None
+        self.cgroup: Path | None = None
+        self.output: CappedLog | None = None
+        self.oom_killed = False
+        self.heartbeat = Heartbeat(directory / HEARTBEAT_FILE)
+
+    def log(self, message: str) -> None:
+        print(f"mlyard-launcher: {message}", file=sys.stderr, flush=True)
+
+    def on_signal(self, number: int, _frame) -> None:
+        if self.terminating_signal is None:
+            self.terminating_signal = number
+        if self.child is not None:
+            try:
+                os.killpg(self.child.pid, number)
+            except ProcessLookupError:
+                pass
+
+    def run(self) -> int:
+        # First, since extracting a large snapshot can outlast the heartbeat timeout.
+        self.heartbeat.start()
+        signal.signal(signal.SIGTERM, self.on_signal)
+        signal.signal(signal.SIGINT, self.on_signal)
+        _become_subreaper()
+        try:
+            exit_code = self._run_command()
+        except Exception as error:  # noqa: BLE001 - the user sees it in their log, the controller in exit.json
+            self._append_output(f"mlyard: the replica could not start: {error}\n")
+            self.log(f"start failed: {error!r}")
+            exit_code = 1
+        finally:
+            self._cleanup()
+        signal_number = None
+        if exit_code < 0:
+            signal_number, exit_code = -exit_code, 128 - exit_code
+        outcome = {"exit_code": exit_code, "signal": signal_number, "finished_at": time.time()}
+        if self.oom_killed and signal_number == signal.SIGKILL:
+            outcome["reason"] = (f"out of memory: killed at its {format_bytes(self.config['memory_bytes'])} "
+                                 "memory limit")
+        write_json_atomically(self.directory / EXIT_FILE, outcome)
+        self.heartbeat.stop()
+        return 0
+
+    def _run_command(self) -> int:
+        config = self.config
+        if config.get("cpu_ids"):
+            os.sched_setaffinity(0, config["cpu_ids"])
+        if config.get("memory_cgroup_parent"):
+            self._join_memory_cgroup(Path(config["memory_cgroup_parent"]), config["cgroup_name"], config["memory_bytes"])
+        workdir = self.directory / CODE_DIRECTORY
+        if config.get("snapshot"):
+            from mlyard.storage import extract_snapshot
+
+            extract_snapshot(Path(config["snapshot"]), workdir)
+        else:
+            workdir.mkdir(exist_ok=True)
+        run_as = config.get("run_as")
+        if run_as:
+            _give_tree(workdir, run_as["uid"], run_as["gid"])
+        if self.terminating_signal is not None:
+            return -self.terminating_signal
+        environment = _account_environment(run_as) if run_as else dict(os.environ)
+        environment.update(config["env"])
+        if "PATH" not in config["env"] and config.get("prepend_path"):
+            environment["PATH"] = config["prepend_path"] + os.pathsep + environment.get("PATH", "")
+        self.output = CappedLog(self.directory / OUTPUT_LOG, config.get("max_log_bytes") or DEFAULT_MAX_LOG_BYTES)
+        # A pipe rather than the file itself, so the launcher can stop the log growing without
+        # stopping the command.
+        read_end, write_end = _open_pipe()
+        try:
+            self.child = subprocess.Popen(
+                config["command"],
+                cwd=workdir,
+                env=environment,
+                stdin=subprocess.DEVNULL,
+                stdout=write_end,
+                stderr=subprocess.STDOUT,
+                process_group=0,
+                # The server keeps its own files private (umask 077); the job's are the user's.
+                umask=0o022,
+                **_identity(run_as),
+            )
+        except (FileNotFoundError, PermissionError) as error:
+            os.close(read_end)
+            self.output.write(f"mlyard: cannot run {config['command'][0]!r}: {error.strerror}\n".encode())
+            return COMMAND_NOT_FOUND if isinstance(error, FileNotFoundError) else COMMAND_NOT_EXECUTABLE
+        except BaseException:
+            os.close(read_end)
+            raise
+        finally:
+            os.close(write_end)  # the command holds the only write end, so its end is the pipe's
+        self.output.follow(read_end)
+        # A signal that came while the child was being created had no child to go to.
+        if self.terminating_signal is not None:
+            self.on_signal(self.terminating_signal, None)
+        write_json_atomically(self.directory / STARTED_FILE, {"pid": self.child.pid, "started_at": time.time()})
+        return self.child.wait()
+
+    def _append_output(self, text: str) -> None:
+        with open(self.directory / OUTPUT_LOG, "a") as output:
+            output.write(text)
+
+    def _join_memory_cgroup(self, parent: Path, name: str, limit: int) -> None:
+        from mlyard.runtime import cgroups
+
+        try:
+            self.cgroup = cgroups.create_memory_cgroup(parent, name, limit)
+            cgroups.add_process(self.cgroup, os.getpid())
+        except OSError as error:
+            self.log(f"memory limit not enforced: {error}")
+            self.cgroup = None
+
+    def _cleanup(self) -> None:
+        if self.child is not None:
+            try:  # whatever the command left behind in its group goes with it
+                os.killpg(self.child.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+            _kill_descendants()
+        if self.output is not None:  # every writer is gone now: the copy ends with the pipe
+            self.output.close()
+        if self.cgroup is not None:
+            from mlyard.runtime import cgroups
+
+            self.oom_killed = cgroups.oom_kills(self.cgroup) > 0
+            cgroups.remove_cgroup(self.cgroup, keep_pid=os.getpid())
+
+
+def main(argv: list[str] | None = None) -> int:
+    arguments = sys.argv[1:] if argv is None else argv
+    if len(arguments) != 1:
+        print("usage: python -m mlyard.runtime.launcher REPLICA_DIRECTORY", file=sys.stderr)
+        return 2
+    return Launcher(Path(arguments[0])).run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,492 @@
+"""The controller: one background thread that makes the running world match the database.
+
+Each pass: observe the replicas of every unfinished attempt through the backend → decide
+what that means for their jobs (running, succeeded, failed, stop needed) → signal replicas
+that must stop (SIGTERM, then SIGKILL after the grace period) → ask the scheduler what to
+start, preempt and resize, and why the rest waits → carry that out. Backend calls never
+happen inside a database transaction. A pass runs whenever `wake()` is called (submission,
+cancellation) and otherwise on a short tick while anything is active.
+
+Words: an attempt is *holding* while its `finished_at` is unset: its replicas may exist and
+its resources are not free. A stop is *requested* when `stop_requested_at` is set; the job
+takes `stop_outcome` once no replica is left. A stop with outcome `PREEMPTED` comes from the
+scheduler (a preemption, or a resize carried out as a checkpoint-restart): once no replica is
+left the job goes `PREEMPTED → QUEUED` and its next attempt resumes from the job's checkpoint
+directory, which outlives attempts. A failed attempt of a job with restarts left stops the
+same way with outcome `RESTARTING`: the job then waits out its backoff (`restart_at`) and is
+scheduled again as a new attempt. Until its SIGTERM goes out, such a stop gives way to
+whatever the attempt does on its own (fail, succeed, be cancelled); after it, only a
+cancellation still changes the outcome.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session, selectinload
+
+from mlyard.backends.base import (
+    Backend,
+    ReplicaObservation,
+    ReplicaRef,
+    handle_reference,
+)
+from mlyard.runtime.rendezvous import JobContext, ReplicaSlot, replica_environments
+from mlyard.scheduler import ClusterSnapshot, Decisions, StartJob, decide
+from mlyard.server import auth
+from mlyard.server.control import launches, project_limits
+from mlyard.server.control.attempts import (
+    GONE,
+    end_attempt,
+    holding_attempts,
+    lock_jobs,
+    replica_reference,
+    request_stop,
+    schedulable,
+    scheduler_stop_unsignalled,
+    start_text,
+)
+from mlyard.server.control.scheduler_input import snapshot as cluster_snapshot
+from mlyard.server.store.db import Database
+from mlyard.server.workers.environment_builds import EnvironmentBuilds, builder_for
+from mlyard.server.store.rows import (
+    AttemptRow,
+    EnvironmentRow,
+    JobEventRow,
+    JobRow,
+    NodeRow,
+    ProjectRow,
+    QueueRow,
+    ReplicaRow,
+)
+from mlyard.server.workers.sampling import NodeMonitor
+from mlyard.server.services.jobs import switch_status
+from mlyard.server.services.nodes import record_nodes
+from mlyard.server.settings import ServerSettings
+from mlyard.spec import JobSpec, JobStatus
+from mlyard.storage import BlobStore
+
+log = logging.getLogger("mlyard.controller")
+
+REQUEUED = "requeued; resumes from its checkpoint"
+
+
+@dataclass(frozen=True)
+class _Stop:
+    replicas: list[ReplicaRef]
+    force: bool
+
+
+class Controller:
+    """`decide` is the scheduler's; another function with its contract may stand in for it."""
+
+    def __init__(self, *, database: Database, backend: Backend, settings: ServerSettings, blobs: BlobStore,
+                 decide: Callable[[ClusterSnapshot, float], Decisions] = decide,
+                 observe_cycle: Callable[[str, float], None] | None = None):
+        self.database = database
+        self.backend = backend
+        self.settings = settings
+        self.blobs = blobs
+        self.decide = decide
+        self.observe_cycle = observe_cycle
+        """Told the policy and the seconds of every scheduling round (`telemetry.py`)."""
+        self._wake = threading.Event()
+        self._stopping = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._next_restart_at: float | None = None
+        self.adopted: int | None = None
+        """Replicas found running when this controller started; None until it has looked."""
+        self._monitor: NodeMonitor | None = None
+        self._builds: EnvironmentBuilds | None = None
+        self._nodes_recorded_at = time.monotonic()
+
+    # ----------------------------------------------------------------- lifecycle
+    def start(self) -> None:
+        """Records the backend's nodes, settles attempts a previous server left half-launched,
+        and starts the loop. Replicas a previous server started are observed like any other."""
+        self.backend.notify = self.wake
+        record_nodes(self.database, self.backend.name, self.backend.nodes())
+        self._nodes_recorded_at = time.monotonic()
+        self._settle_unlaunched_attempts()
+        self._adopt()
+        self._thread = threading.Thread(target=self._loop, name="mlyard-controller", daemon=True)
+        self._thread.start()
+        # Sampling follows leadership: the leader's machine runs the local replicas it measures.
+        self._monitor = NodeMonitor.start_for(self.database, self.backend, self.settings)
+        builder = builder_for(self.backend, self.settings.paths)
+        if builder is not None:
+            self._builds = EnvironmentBuilds(self.database, self.settings.paths, builder)
+            self._builds.start()
+
+    def _adopt(self) -> None:
+        """Observes the replicas earlier servers left running before anything else happens, so
+        that `adopted` (shown by the health check) says when running jobs are under control again."""
+        with self.database.transaction() as session:
+            references = [replica_reference(replica) for attempt in holding_attempts(session)
+                          if attempt.launched_at is not None for replica in attempt.replicas]
+        observations = self.backend.observe(references) if references else {}
+        self.adopted = sum(observation.state in ("pending", "running") for observation in observations.values())
+        if self.adopted:
+            log.info("adopted %d running replicas", self.adopted)
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+        if self._monitor is not None:
+            self._monitor.stop()
+        if self._builds is not None:
+            self._builds.stop()
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    def _loop(self) -> None:
+        while not self._stopping.is_set():
+            try:
+                delay = self.reconcile_once()
+            except Exception:  # a bad pass must not end the loop; the next one retries
+                log.exception("controller pass failed")
+                delay = self.settings.idle_tick_seconds
+            self._wake.wait(timeout=delay)
+            self._wake.clear()
+
+    # ----------------------------------------------------------------- one pass
+    def reconcile_once(self) -> float:
+        """One pass; returns how long to sleep before the next unless woken."""
+        refresh = self.backend.node_refresh_seconds
+        if refresh is not None and time.monotonic() - self._nodes_recorded_at >= refresh:
+            # Nodes of a cluster come, go and fill up with other workloads.
+            record_nodes(self.database, self.backend.name, self.backend.nodes())
+            self._nodes_recorded_at = time.monotonic()
+        with self.database.transaction() as session:
+            references = [replica_reference(replica) for attempt in holding_attempts(session)
+                          if attempt.launched_at is not None for replica in attempt.replicas]
+        observations = self.backend.observe(references) if references else {}
+        stops, transient = self._apply_observations(observations, time.time())
+        for stop in stops:
+            self.backend.stop(stop.replicas, force=stop.force)
+        acted = self._schedule(time.time())
+        # Exits of replicas this server started wake the loop at once (backend.notify); the
+        # tick covers the rest: starts, stops in progress, replicas of a previous server.
+        delay = self.settings.busy_tick_seconds if transient or acted else self.settings.idle_tick_seconds
+        if self._next_restart_at is not None:  # a backoff that ends before the tick is not waited out longer
+            delay = max(0.0, min(delay, self._next_restart_at - time.time()))
+        return delay
+
+    def _apply_observations(
+        self, observations: dict[int, ReplicaObservation], now: float
+    ) -> tuple[list[_Stop], bool]:
+        stops: list[_Stop] = []
+        transient = False
+        with self.database.transaction() as session:
+            attempts = holding_attempts(session)
+            lock_jobs(session, {attempt.job_id for attempt in attempts})
+            for attempt in attempts:
+                if attempt.launched_at is None:
+                    continue
+                lost = self._record_replicas(session, attempt, observations, now)
+                if lost:  # whatever a vanished replica left running goes too
+                    stops.append(_Stop(replicas=lost, force=True))
+                job = attempt.job
+                replicas = attempt.replicas
+                if JobStatus(job.status) is JobStatus.STARTING and all(r.state in ("running", *GONE) for r in replicas):
+                    attempt.running_at = now
+                    switch_status(session, job, JobStatus.RUNNING, now=now)
+                all_gone = all(r.state in GONE for r in replicas)
+                if attempt.stop_requested_at is None or scheduler_stop_unsignalled(attempt):
+                    self._judge(session, attempt, all_gone, now)
+                if attempt.finished_at is None and attempt.stop_requested_at is not None:
+                    if all_gone:
+                        self._finish_stop(session, attempt, now)
+                    else:
+                        transient = True
+                        force = now >= (attempt.stop_deadline or now)
+                        # SIGTERM once; SIGKILL on every pass after the deadline until all are gone.
+                        if force or attempt.stop_signalled_at is None:
+                            attempt.stop_signalled_at = attempt.stop_signalled_at or now
+                            stops.append(_Stop(replicas=[replica_reference(r) for r in replicas if r.state not in GONE],
+                                               force=force))
+                elif JobStatus(job.status) is JobStatus.STARTING:
+                    transient = True
+        return stops, transient
+
+    @staticmethod
+    def _record_replicas(
+        session: Session, attempt: AttemptRow, observations: dict[int, ReplicaObservation], now: float
+    ) -> list[ReplicaRef]:
+        """Updates replica rows; returns the replicas first seen lost in this pass. What the
+        backend says about a replica still there (unschedulable, pulling its image) becomes a
+        job event when it changes; about one gone, it joins the failure's reason (`_judge`)."""
+        lost = []
+        for replica in attempt.replicas:
+            observation = observations.get(replica.id)
+            if observation is None or replica.state in GONE:
+                continue
+            if observation.reason != replica.reason:
+                replica.reason = observation.reason
+                if observation.reason and not observation.is_gone:
+                    job = attempt.job
+                    session.add(JobEventRow(job_id=job.id, at=now, from_status=job.status, to_status=job.status,
+                                            message=f"replica {replica.name}: {observation.reason}"))
+            replica.state = observation.state
+            replica.started_at = replica.started_at or observation.started_at
+            if observation.is_gone:
+                replica.exit_code = observation.exit_code
+                replica.finished_at = observation.finished_at or now
+            if observation.state == "lost":
+                lost.append(replica_reference(replica))
+        return lost
+
+    def _judge(self, session: Session, attempt: AttemptRow, all_gone: bool, now: float) -> None:
+        """Decides whether an attempt with no stop in progress must stop, or has succeeded."""
+        job = attempt.job
+        spec = JobSpec.model_validate(job.spec)
+        failed = next((r for r in attempt.replicas if r.state == "lost" or (r.state == "exited" and r.exit_code != 0)), None)
+        if job.cancel_requested_at is not None:
+            self._request_stop(attempt, JobStatus.CANCELLED, "cancelled by request", now)
+        elif failed is not None:
+            if failed.state == "lost":
+                reason = (f"replica {failed.name} (rank {failed.rank}) was lost: {failed.reason}" if failed.reason
+                          else f"replica {failed.name} (rank {failed.rank}) disappeared without an exit status")
+            else:
+                reason = f"replica {failed.name} (rank {failed.rank}) exited with code {failed.exit_code}"
+                if failed.reason:
+                    reason += f" ({failed.reason})"
+            job.exit_code = failed.exit_code
+            policy = spec.restart_policy
+            restarts = job.restart_count or 0
+            if restarts < policy.max_restarts:
+                # The whole gang stops and starts again: ranks cannot rejoin a broken collective.
+                reason += f"; restart {restarts + 1} of {policy.max_restarts}"
+                self._request_stop(attempt, JobStatus.RESTARTING, reason, now)
+            else:
+                if policy.max_restarts:
+                    reason += f"; no restarts left ({policy.max_restarts} used)"
+                self._request_stop(attempt, JobStatus.FAILED, reason, now)
+        elif spec.max_runtime is not None and now - attempt.launched_at > spec.max_runtime:
+            self._request_stop(attempt, JobStatus.FAILED, f"exceeded its max_runtime of {spec.max_runtime:g}s", now)
+        elif all_gone:
+            end_attempt(attempt, now)
+            job.exit_code = 0
+            switch_status(session, job, JobStatus.SUCCEEDED, now=now)
+
+    def _request_stop(self, attempt: AttemptRow, outcome: JobStatus, reason: str, now: float,
+                      *, grace: float | None = None) -> None:
+        request_stop(attempt, outcome, reason, now,
+                     grace=self.settings.stop_grace_seconds if grace is None else grace)
+        log.info("job %s attempt %s: stopping (%s)", attempt.job_id, attempt.number, reason)
+
+    @staticmethod
+    def _finish_stop(session: Session, attempt: AttemptRow, now: float) -> None:
+        """No replica of a stopping attempt is left: the job takes the stop's outcome. A
+        preempted job is queued again and a failed one with restarts left waits out its
+        backoff, unless it was cancelled meanwhile (the cancel wins)."""
+        end_attempt(attempt, now)
+        job = attempt.job
+        outcome, reason = JobStatus(attempt.stop_outcome), attempt.stop_reason
+        if outcome in (JobStatus.PREEMPTED, JobStatus.RESTARTING) and job.cancel_requested_at is not None:
+            outcome, reason = JobStatus.CANCELLED, "cancelled by request"
+        if outcome is JobStatus.RESTARTING:
+            delay = JobSpec.model_validate(job.spec).restart_policy.backoff(job.restart_count or 0)
+            job.restart_count = (job.restart_count or 0) + 1
+            job.restart_at = now + delay
+            job.wait_reason = None
+            switch_status(session, job, JobStatus.RESTARTING, message=f"{reason}, after a backoff of {delay:g}s",
+                          now=now)
+            auth.revoke_job_tokens(session, job.id)  # the next attempt gets a token of its own
+            return
+        if outcome is not JobStatus.PREEMPTED:
+            switch_status(session, job, outcome, message=reason, now=now)
+            return
+        switch_status(session, job, JobStatus.PREEMPTED, message=reason, now=now)
+        switch_status(session, job, JobStatus.QUEUED, message=REQUEUED, now=now)
+        job.queued_since = now
+        job.preemption_count = (job.preemption_count or 0) + 1
+        job.wait_reason = None
+        auth.revoke_job_tokens(session, job.id)  # the next attempt gets a token of its own
+
+    # ----------------------------------------------------------------- scheduling
+    def _schedule(self, now: float) -> bool:
+        """One scheduling round; True when it started or stopped something. Also notes when the
+        next backoff ends (`_next_restart_at`), so the loop wakes for it."""
+        began = time.perf_counter()
+        with self.database.transaction() as session:
+            self._next_restart_at = session.scalar(select(func.min(JobRow.restart_at)).where(
+                JobRow.status == JobStatus.RESTARTING.value, JobRow.restart_at > now))
+            queued = session.scalars(
+                select(JobRow)
+                .where(schedulable(now))
+                .options(selectinload(JobRow.owner))
+                .order_by(JobRow.submitted_at, JobRow.id)
+            ).all()
+            holding = holding_attempts(session)
+            # Running jobs alone matter too: an elastic job may be grown into idle capacity.
+            if not queued and not holding:
+                return False
+            nodes = session.scalars(select(NodeRow)).all()
+            addresses = {node.name: node.address for node in nodes}
+            projects = {row.name: row for row in session.scalars(select(ProjectRow))}
+            queued, held_back = project_limits.admit(queued, holding, projects)
+            snapshot = cluster_snapshot(nodes, holding, queued, queues=session.scalars(select(QueueRow)).all(),
+                                        config=self.settings.scheduler_config())
+        decisions = self.decide(snapshot, now)
+        if held_back:
+            decisions = replace(decisions, waiting={**decisions.waiting, **held_back})
+        stopped = self._record_decisions(decisions, now)
+        if self.observe_cycle is not None:  # launches are the backend's time, not the round's
+            self.observe_cycle(self.settings.scheduler_policy, time.perf_counter() - began)
+        for decision in decisions.starts:
+            self._start(decision, addresses)
+        return stopped or bool(decisions.starts)
+
+    def _record_decisions(self, decisions: Decisions, now: float) -> bool:
+        """Requests the stops the scheduler asked for and stores why queued jobs wait (a
+        reason is written only when it changed). True when a stop was requested."""
+        stopped = False
+        if not (decisions.preemptions or decisions.resizes or decisions.waiting):
+            return stopped
+        with self.database.transaction() as session:
+            for preemption in decisions.preemptions:
+                reason = preemption.reason
+                if preemption.for_job is not None and f"job {preemption.for_job}" not in reason:
+                    reason = f"{reason} (for job {preemption.for_job})"
+                stopped |= self._stop_for_scheduler(session, preemption.job_id, reason, now)
+            for resize in decisions.resizes:
+                # A resize is a checkpoint-restart: the job is queued again and the next round
+                # starts it at whatever size the scheduler then chooses.
+                size = len(resize.placements)
+                reason = f"resize to {size} replica{'' if size == 1 else 's'}: {resize.reason}"
+                stopped |= self._stop_for_scheduler(session, resize.job_id, reason, now)
+            waiting = session.scalars(
+                select(JobRow).where(JobRow.id.in_(list(decisions.waiting)), schedulable(now))
+            ) if decisions.waiting else ()
+            for job in waiting:
+                reason = decisions.waiting[job.id]
+                if job.wait_reason != reason:
+                    job.wait_reason = reason
+        return stopped
+
+    def _stop_for_scheduler(self, session: Session, job_id: int, reason: str, now: float) -> bool:
+        """Stops a job's running attempt so the job goes back to the queue; its own
+        `preemption_grace` (else the server's stop grace) is its time to checkpoint."""
+        attempt = session.scalar(
+            select(AttemptRow).where(AttemptRow.job_id == job_id, AttemptRow.finished_at.is_(None))
+        )
+        if attempt is None or attempt.launched_at is None or attempt.stop_requested_at is not None:
+            return False
+        grace = JobSpec.model_validate(attempt.job.spec).preemption_grace
+        self._request_stop(attempt, JobStatus.PREEMPTED, reason, now, grace=grace)
+        return True
+
+    def _start(self, decision: StartJob, addresses: dict[str, str]) -> None:
+        count = len(decision.placements)
+        master_port, replica_ports = launches.reserve_ports(self.backend, decision)
+        now = time.time()
+        with self.database.transaction() as session:
+            job = session.get(JobRow, decision.job_id, with_for_update=True)
+            if job is None or JobStatus(job.status) not in (JobStatus.QUEUED, JobStatus.RESTARTING):
+                return
+            spec = JobSpec.model_validate(job.spec)
+            built = session.get(EnvironmentRow, spec.environment) if spec.environment else None
+            if spec.environment and (built is None or built.status != "ready"):
+                # Removing or rebuilding an environment that unfinished jobs name is refused,
+                # so this is an environment that went away by other means.
+                switch_status(session, job, JobStatus.FAILED, now=now,
+                              message=f"environment {spec.environment!r} is no longer ready to run it")
+                return
+            job.attempt_count += 1
+            job.wait_reason = None
+            job.restart_at = None
+            attempt = AttemptRow(job_id=job.id, number=job.attempt_count, created_at=now, master_port=master_port)
+            session.add(attempt)
+            session.flush()
+            slots, rows = [], []
+            for rank, placement in enumerate(decision.placements):
+                name = f"{placement.role}-{placement.index}"
+                row = ReplicaRow(
+                    attempt_id=attempt.id, job_id=job.id, role=placement.role, index=placement.index, rank=rank,
+                    node=placement.node, cpu_ids=list(placement.cpu_ids), gpu_ids=list(placement.gpu_ids),
+                    memory_bytes=placement.memory_bytes, state="pending",
+                    directory=str(self.settings.paths.replica_directory(job.id, attempt.number, name)),
+                )
+                session.add(row)
+                rows.append(row)
+                slots.append(ReplicaSlot(
+                    role=placement.role, index=placement.index, rank=rank, node=placement.node,
+                    address=self.backend.replica_address(job.id, attempt.number, name, placement.node,
+                                                         addresses[placement.node]),
+                    port=replica_ports[rank],
+                    cpu_count=len(placement.cpu_ids), gpu_ids=tuple(placement.gpu_ids),
+                ))
+            session.flush()
+            token = auth.issue_token(session, name=f"job {job.id} attempt {attempt.number}", user_id=job.owner_id,
+                                     job_id=job.id)
+            switch_status(session, job, JobStatus.SCHEDULED, message=start_text(decision, spec), now=now)
+            checkpoint_directory = self.settings.paths.checkpoint_directory(job.id)
+            tensorboard_directory = self.settings.paths.tensorboard_directory(job.id)
+            context = JobContext(job_id=job.id, attempt=attempt.number, api_url=self.settings.replica_api_url,
+                                 token=token,
+                                 restart_count=attempt.number - 1,
+                                 checkpoint_directory=str(checkpoint_directory), master_port=master_port,
+                                 tensorboard_directory=str(tensorboard_directory))
+            environments = replica_environments(spec, slots, context)
+            image = launches.apply_environment(spec, built, environments)
+            launch = launches.attempt_launch(job, attempt, spec, rows, environments, image, self.settings.paths,
+                                             self.blobs, (checkpoint_directory, tensorboard_directory))
+            attempt_id = attempt.id
+        try:
+            checkpoint_directory.mkdir(parents=True, exist_ok=True)
+            tensorboard_directory.mkdir(parents=True, exist_ok=True)
+            handles = self.backend.launch(launch)
+        except Exception as error:
+            log.exception("job %s: launch failed", decision.job_id)
+            self._abandon(attempt_id, f"could not start: {error}")
+            return
+        try:
+            with self.database.transaction() as session:
+                attempt = session.get(AttemptRow, attempt_id)
+                by_id = {replica.id: replica for replica in attempt.replicas}
+                for handle in handles:
+                    by_id[handle.replica_id].pid = handle.pid
+                    by_id[handle.replica_id].pid_started_at = handle.pid_started_at
+                attempt.launched_at = time.time()
+                switch_status(session, attempt.job, JobStatus.STARTING, now=attempt.launched_at)
+        except Exception as error:  # started but not recorded: nothing may run unaccounted for
+            log.exception("job %s: recording the launch failed", decision.job_id)
+            self.backend.stop([handle_reference(handle, launch) for handle in handles], force=True)
+            self._abandon(attempt_id, f"could not record the start: {error}")
+            return
+        log.info("job %s attempt %s: launched %d replicas", decision.job_id, launch.attempt, count)
+
+    def _abandon(self, attempt_id: int, reason: str) -> None:
+        """Ends an attempt that never ran: its job fails (or is cancelled, if that was asked)."""
+        with self.database.transaction() as session:
+            attempt = session.get(AttemptRow, attempt_id)
+            session.get(JobRow, attempt.job_id, with_for_update=True, populate_existing=True)
+            now = time.time()
+            end_attempt(attempt, now)
+            for replica in attempt.replicas:
+                if replica.state not in GONE:
+                    replica.state, replica.finished_at = "lost", now
+            job = attempt.job
+            if JobStatus(job.status).is_terminal:
+                return
+            outcome = JobStatus.CANCELLED if job.cancel_requested_at is not None else JobStatus.FAILED
+            switch_status(session, job, outcome, message=reason, now=now)
+
+    def _settle_unlaunched_attempts(self) -> None:
+        """An attempt with no recorded launch was interrupted by a server stop between
+        scheduling and launching: whatever it may have started is killed, and its job fails."""
+        with self.database.transaction() as session:
+            unlaunched = [(attempt.id, [replica_reference(replica) for replica in attempt.replicas])
+                          for attempt in holding_attempts(session) if attempt.launched_at is None]
+        for attempt_id, references in unlaunched:
+            self.backend.stop(references, force=True)
+            self._abandon(attempt_id, "the server stopped while this job was being started")

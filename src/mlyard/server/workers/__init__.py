@@ -1,0 +1,2 @@
+"""Background work the leading server runs beside the controller, each a loop the supervisor
+starts and stops: resource sampling, idleness policies, environment builds."""
