@@ -34,6 +34,7 @@ bench: $(VENV)/.installed
 	$(BIN)/python bench/launch.py
 	$(BIN)/python bench/sched_cycle.py
 	$(BIN)/python bench/sched_replay.py
+	$(BIN)/python bench/controller_pass.py
 	$(BIN)/python bench/recovery.py
 	$(BIN)/python bench/monitor_overhead.py
 

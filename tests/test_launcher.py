@@ -19,13 +19,15 @@ import pytest
 from conftest import process_gone, wait_for
 
 from mlyard.runtime import cgroups
-from mlyard.runtime.launcher import (
+from mlyard.runtime.launch_config import (
     EXIT_FILE,
     HEARTBEAT_FILE,
     HEARTBEAT_INTERVAL,
     LAUNCH_CONFIG,
     OUTPUT_LOG,
     STARTED_FILE,
+    LaunchConfig,
+    write_launch_config,
 )
 from mlyard.storage import pack_directory
 
@@ -34,19 +36,9 @@ MEBIBYTE = 1024 * 1024
 
 
 def write_config(directory: Path, command: list[str], **settings: Any) -> Path:
+    """`settings` as launch.json holds them (paths as strings)."""
     directory.mkdir(parents=True, exist_ok=True)
-    config: dict[str, Any] = {
-        "command": command,
-        "env": {},
-        "snapshot": None,
-        "cpu_ids": [],
-        "memory_bytes": None,
-        "memory_cgroup_parent": None,
-        "cgroup_name": None,
-        "prepend_path": None,
-    }
-    config.update(settings)
-    (directory / LAUNCH_CONFIG).write_text(json.dumps(config))
+    write_launch_config(directory, LaunchConfig.from_data({"command": command, **settings}))
     return directory
 
 

@@ -10,11 +10,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from mlyard.runtime.launch_config import EXIT_FILE, OUTPUT_LOG, LaunchConfig, write_launch_config
 from mlyard.runtime.launcher import (
     DEFAULT_MAX_LOG_BYTES,
-    EXIT_FILE,
-    LAUNCH_CONFIG,
-    OUTPUT_LOG,
     CappedLog,
     format_bytes,
     truncation_line,
@@ -26,9 +24,7 @@ KIBIBYTE = 1024
 
 def run_replica(directory: Path, command: list[str], timeout: float = 30, **settings: Any) -> dict[str, Any]:
     directory.mkdir(parents=True, exist_ok=True)
-    config: dict[str, Any] = {"command": command, "env": {}, "snapshot": None, "cpu_ids": [], "memory_bytes": None,
-                              "memory_cgroup_parent": None, "cgroup_name": None, "prepend_path": None, **settings}
-    (directory / LAUNCH_CONFIG).write_text(json.dumps(config))
+    write_launch_config(directory, LaunchConfig.from_data({"command": command, **settings}))
     result = subprocess.run([PYTHON, "-m", "mlyard.runtime.launcher", str(directory)], stdin=subprocess.DEVNULL,
                             capture_output=True, text=True, timeout=timeout, check=False)
     assert result.returncode == 0, result.stderr

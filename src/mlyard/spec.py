@@ -280,6 +280,31 @@ class JobSpec(_Strict):
 
 
 class JobStatus(str, enum.Enum):
+    """A job's status. Only `server.lifecycle.switch_status` writes it, along
+    `ALLOWED_TRANSITIONS`; each value says what it means and what sets it.
+
+    - QUEUED: waiting for the scheduler. Set at submission (the request handler), and by the
+      controller after a preemption (PREEMPTED → QUEUED, at once).
+    - SCHEDULED: the scheduler placed it; its attempt, replica rows and token are written and
+      the backend is about to launch it. Set by the controller's start.
+    - STARTING: the backend accepted the launch; not every replica runs yet. Set by the
+      controller once the launch is recorded.
+    - RUNNING: every replica runs (or already ended). Set by the controller's observe step.
+    - RESTARTING: an attempt failed with restarts left; no replica is left and the job waits
+      out its backoff (`restart_at`) before it is SCHEDULED again. Set by the controller.
+    - PREEMPTED: the scheduler took its resources back (a preemption or a resize); it passes
+      at once to QUEUED and resumes from its checkpoint. Set by the controller.
+    - SUCCEEDED: every replica of the attempt exited 0. Set by the controller. Terminal.
+    - FAILED: a replica failed with no restarts left, `max_runtime` passed, the environment it
+      names went away, or it could not be started. Set by the controller. Terminal.
+    - CANCELLED: a user cancelled it (a queued, preempted or restarting job at once, by the
+      request handler; an active one by the controller once no replica is left), or an idle
+      interactive job was stopped. Terminal.
+
+    A terminal job has no process left: FAILED and CANCELLED are set only once every replica is
+    gone.
+    """
+
     QUEUED = "QUEUED"
     SCHEDULED = "SCHEDULED"
     STARTING = "STARTING"

@@ -9,149 +9,34 @@ import socket
 import subprocess
 import sys
 import time
-import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
 import pytest
 from conftest import process_gone, wait_for
-
-from mlyard.runtime import cgroups
-from mlyard.backends.base import (
-    AttemptLaunch,
-    ReplicaHandle,
-    ReplicaLaunch,
-    ReplicaObservation,
-    ReplicaRef,
+from local_support import (
+    MEBIBYTE,
+    Launches,
+    is_gone,
+    is_running,
+    make_attempt,
+    make_backend,
+    observe_until,
+    reloaded,
 )
+
+from mlyard.backends.base import ReplicaObservation, ReplicaRef
 from mlyard.backends.local.processes import NODE_ADDRESS, LocalBackend, cgroup_name
-from mlyard.runtime.launcher import (
+from mlyard.runtime import cgroups
+from mlyard.runtime.launch_config import (
     EXIT_FILE,
-    HEARTBEAT_FILE,
-    HEARTBEAT_INTERVAL,
     HEARTBEAT_TIMEOUT,
     LAUNCH_CONFIG,
-    LAUNCHER_FILE,
     STARTED_FILE,
+    LaunchConfig,
+    read_launch_config,
 )
-
-MEBIBYTE = 1024 * 1024
-
-
-def make_backend() -> LocalBackend:
-    return LocalBackend(cpus=2, gpus=())
-
-
-def unique_job_id() -> int:
-    return 900_000_000 + uuid.uuid4().int % 100_000_000
-
-
-def make_attempt(runs: Path, *commands: Sequence[str], env: dict[str, str] | None = None) -> AttemptLaunch:
-    """One replica per command, in directories laid out like the server's: runs/JOB/ATTEMPT/NAME."""
-    job_id, attempt = unique_job_id(), 1
-    replicas = tuple(
-        ReplicaLaunch(
-            replica_id=index + 1,
-            name=f"worker-{index}",
-            rank=index,
-            node="local",
-            cpu_ids=(index % 2,),
-            gpu_ids=(),
-            memory_bytes=256 * MEBIBYTE,
-            command=tuple(command),
-            env={"RANK": str(index), **(env or {})},
-            directory=runs / str(job_id) / str(attempt) / f"worker-{index}",
-            snapshot=None,
-        )
-        for index, command in enumerate(commands)
-    )
-    return AttemptLaunch(job_id=job_id, attempt=attempt, replicas=replicas)
-
-
-def refs_for(launch: AttemptLaunch, handles: Sequence[ReplicaHandle]) -> list[ReplicaRef]:
-    by_id = {replica.replica_id: replica for replica in launch.replicas}
-    return [
-        ReplicaRef(
-            replica_id=handle.replica_id,
-            node=by_id[handle.replica_id].node,
-            directory=by_id[handle.replica_id].directory,
-            pid=handle.pid,
-            pid_started_at=handle.pid_started_at,
-        )
-        for handle in handles
-    ]
-
-
-def reloaded(ref: ReplicaRef) -> ReplicaRef:
-    """The ref as a server would read it back from its database: through plain JSON."""
-    row = json.loads(json.dumps({
-        "replica_id": ref.replica_id, "node": ref.node, "directory": str(ref.directory),
-        "pid": ref.pid, "pid_started_at": ref.pid_started_at,
-    }))
-    return ReplicaRef(**{**row, "directory": Path(row["directory"])})
-
-
-def observe_until(backend: LocalBackend, refs: Sequence[ReplicaRef], predicate: Callable[[ReplicaObservation], bool],
-                  timeout: float = 5.0) -> dict[int, ReplicaObservation]:
-    """Observations once every replica satisfies `predicate` (or the last ones seen)."""
-    seen: dict[int, ReplicaObservation] = {}
-
-    def satisfied() -> bool:
-        seen.update(backend.observe(refs))
-        return all(predicate(seen[ref.replica_id]) for ref in refs)
-
-    wait_for(satisfied, timeout=timeout)
-    return seen
-
-
-def is_running(observation: ReplicaObservation) -> bool:
-    return observation.state == "running"
-
-
-def is_gone(observation: ReplicaObservation) -> bool:
-    return observation.is_gone
-
-
-class Launches:
-    """Started attempts; whatever a test leaves running is killed afterwards."""
-
-    def __init__(self, runs: Path):
-        self.runs = runs
-        self.started: list[tuple[LocalBackend, AttemptLaunch, list[ReplicaHandle]]] = []
-        self.since = time.time() - 1
-
-    def start(self, backend: LocalBackend, *commands: Sequence[str]) -> tuple[AttemptLaunch, list[ReplicaRef]]:
-        attempt = make_attempt(self.runs, *commands)
-        handles = backend.launch(attempt)
-        self.started.append((backend, attempt, handles))
-        return attempt, refs_for(attempt, handles)
-
-    def _kill_group(self, pid: int | None) -> None:
-        if pid is None:
-            return
-        try:  # only a group this test started: not a reused pid
-            if psutil.Process(pid).create_time() >= self.since and os.getpgid(pid) == pid:
-                os.killpg(pid, signal.SIGKILL)
-        except (psutil.NoSuchProcess, ProcessLookupError, PermissionError):
-            pass
-
-    def cleanup(self) -> None:
-        for backend, attempt, handles in self.started:
-            for handle, replica in zip(handles, attempt.replicas, strict=True):
-                self._kill_group(handle.pid)
-                started = replica.directory / STARTED_FILE
-                if started.exists():
-                    self._kill_group(json.loads(started.read_text())["pid"])
-                if backend.memory_parent is not None:
-                    cgroup = backend.memory_parent / cgroup_name(attempt.job_id, attempt.attempt, replica.name)
-                    if cgroup.is_dir():
-                        cgroups.remove_cgroup(cgroup)
-            for child in backend._children.values():
-                try:
-                    child.wait(timeout=5)
-                except subprocess.TimeoutExpired:
-                    pass
 
 
 @pytest.fixture
@@ -235,6 +120,7 @@ def test_dryrun_returns_plain_data_with_the_launcher_argv_and_config(tmp_path: P
         assert config["prepend_path"] == str(Path(sys.executable).parent)
         expected_parent = str(backend.memory_parent) if backend.memory_parent else None
         assert config["memory_cgroup_parent"] == expected_parent
+        assert config["run_as"] is None and plan["account"] is None
     assert not (tmp_path / "runs").exists(), "dryrun must not touch the disk"
 
 
@@ -246,12 +132,14 @@ def test_launched_replicas_are_observed_running(launches: Launches) -> None:
     attempt, refs = launches.start(backend, ["sleep", "30"], ["sleep", "30"])
     assert [ref.replica_id for ref in refs] == [1, 2]
     assert all(ref.pid is not None and ref.pid_started_at is not None for ref in refs)
+    assert [(ref.node, ref.directory) for ref in refs] == [(r.node, r.directory) for r in attempt.replicas]
 
     observed = observe_until(backend, refs, is_running)
     assert {replica_id: o.state for replica_id, o in observed.items()} == {1: "running", 2: "running"}
     assert all(o.started_at is not None and o.exit_code is None for o in observed.values())
-    for replica in attempt.replicas:
+    for replica, plan in zip(attempt.replicas, backend.dryrun(attempt), strict=True):
         assert (replica.directory / LAUNCH_CONFIG).stat().st_mode & 0o777 == 0o600
+        assert read_launch_config(replica.directory) == LaunchConfig.from_data(plan["config"])  # as rendered
 
 
 def test_stop_sends_sigterm_and_replicas_exit_with_143(launches: Launches) -> None:
@@ -421,9 +309,8 @@ def test_a_directory_left_by_an_earlier_database_does_not_speak_for_a_new_replic
     stale = attempt.replicas[0].directory
     stale.mkdir(parents=True)
     (stale / EXIT_FILE).write_text('{"exit_code": 3, "signal": null, "finished_at": 1.0}')
-    handles = backend.launch(attempt)
-    launches.started.append((backend, attempt, handles))
-    refs = refs_for(attempt, handles)
+    refs = backend.launch(attempt)
+    launches.started.append((backend, attempt, refs))
     assert observe_until(backend, refs, is_running)[refs[0].replica_id].state == "running"
     assert [path.name for path in stale.parent.iterdir() if ".stale-" in path.name], "the old files were kept aside"
 
@@ -438,95 +325,3 @@ def test_a_launch_the_database_never_recorded_is_found_from_its_directory(launch
     assert restarted.observe([unrecorded])[unrecorded.replica_id].state == "running"
     restarted.stop([unrecorded], force=True)
     assert observe_until(restarted, [unrecorded], is_gone)[unrecorded.replica_id].is_gone
-
-
-# --------------------------------------------------------------------------- heartbeats
-
-
-def test_a_running_replica_keeps_beating_and_stays_running_past_the_timeout(launches: Launches) -> None:
-    backend = make_backend()
-    _, refs = launches.start(backend, ["sleep", "30"])
-    observe_until(backend, refs, is_running)
-    heartbeat = refs[0].directory / HEARTBEAT_FILE
-    recorded = json.loads((refs[0].directory / LAUNCHER_FILE).read_text())
-    assert recorded["heartbeat_interval"] == HEARTBEAT_INTERVAL
-
-    beats = set()
-    deadline = time.monotonic() + HEARTBEAT_TIMEOUT + HEARTBEAT_INTERVAL
-    while time.monotonic() < deadline:
-        assert backend.observe(refs)[refs[0].replica_id].state == "running"
-        beats.add(heartbeat.stat().st_mtime)
-        time.sleep(0.2)
-    assert len(beats) >= HEARTBEAT_TIMEOUT / HEARTBEAT_INTERVAL - 1, "the heartbeat did not advance"
-
-
-def test_a_frozen_launcher_is_lost_within_the_timeout_and_force_stop_removes_it_and_its_command(
-    launches: Launches,
-) -> None:
-    backend = make_backend()
-    _, refs = launches.start(backend, ["sleep", "30"], ["sleep", "30"])
-    observe_until(backend, refs, is_running)
-    frozen = refs[0]
-    command_pid = json.loads((frozen.directory / STARTED_FILE).read_text())["pid"]
-
-    frozen_at = time.monotonic()
-    os.kill(frozen.pid, signal.SIGSTOP)  # the pid stays; only its beats stop
-    observed = observe_until(backend, [frozen], is_gone, timeout=HEARTBEAT_TIMEOUT + 3)
-    waited = time.monotonic() - frozen_at
-    assert observed[frozen.replica_id].state == "lost", observed
-    assert observed[frozen.replica_id].exit_code is None
-    # Lost once the last beat before the freeze is older than the timeout, and well within 10 s.
-    assert HEARTBEAT_TIMEOUT - HEARTBEAT_INTERVAL - 0.5 <= waited <= HEARTBEAT_TIMEOUT + 2
-    assert psutil.Process(frozen.pid).status() == psutil.STATUS_STOPPED
-    assert backend.observe(refs[1:])[refs[1].replica_id].state == "running", "its sibling still beats"
-
-    backend.stop([frozen], force=True)  # what the controller does with a replica first seen lost
-    assert wait_for(lambda: process_gone(frozen.pid), timeout=3), "the frozen launcher was left"
-    assert wait_for(lambda: process_gone(command_pid), timeout=3), "the frozen launcher's command was left"
-    assert backend.observe(refs[1:])[refs[1].replica_id].state == "running"
-
-
-def fake_launcher(directory: Path, *, beats: bool) -> tuple[subprocess.Popen, ReplicaRef]:
-    """A process the backend takes for this directory's launcher, which never beats; its
-    launcher.json says whether a launcher of its version would."""
-    directory.mkdir(parents=True)
-    process = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "mlyard.runtime.launcher", str(directory)],
-                               start_new_session=True)
-    started_at = psutil.Process(process.pid).create_time()
-    recorded = {"pid": process.pid, "started_at": started_at}
-    if beats:
-        recorded["heartbeat_interval"] = HEARTBEAT_INTERVAL
-    (directory / LAUNCHER_FILE).write_text(json.dumps(recorded))
-    return process, ReplicaRef(replica_id=1, node="local", directory=directory, pid=process.pid,
-                               pid_started_at=started_at)
-
-
-def test_a_launcher_that_never_beats_is_lost_once_the_timeout_has_passed_since_its_start(tmp_path: Path) -> None:
-    process, ref = fake_launcher(tmp_path / "replica", beats=True)
-    try:
-        backend = make_backend()
-        backend.heartbeat_timeout = 1.0  # the rule, not the production wait
-        assert backend.observe([ref])[1].state == "pending"
-        assert observe_until(backend, [ref], is_gone, timeout=3)[1].state == "lost"
-        assert process.poll() is None
-
-        backend.stop([ref], force=True)
-        assert process.wait(timeout=3) == -signal.SIGKILL
-    finally:
-        process.kill()
-        process.wait()
-
-
-def test_a_launcher_from_before_heartbeats_is_judged_by_its_pid_alone(tmp_path: Path) -> None:
-    process, ref = fake_launcher(tmp_path / "replica", beats=False)
-    try:
-        backend = make_backend()
-        backend.heartbeat_timeout = 0.2
-        time.sleep(0.5)
-        assert backend.observe([ref])[1].state == "pending"
-        process.kill()
-        process.wait()
-        assert backend.observe([ref])[1].state == "lost"
-    finally:
-        process.kill()
-        process.wait()

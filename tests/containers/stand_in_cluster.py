@@ -1,6 +1,6 @@
 """A one-node stand-in for a Kubernetes cluster, where none can run: the part of the API that
-mlyard's backend uses (`k8s_api_server.FakeApiServer`, which the official client talks HTTP
-to) with a kubelet that runs each created pod as a container on the engine, the way a kubelet
+mlyard's backend uses (`k8s_fake_api.FakeCoreApi`, served over HTTP to the official client)
+with a kubelet that runs each created pod as a container on the engine, the way a kubelet
 starts it (`container_arguments`), and reports what becomes of it in the API's shapes
 (tests/kubernetes/pods holds recorded ones): Pending, Running, then Succeeded or Failed with the
 exit code and reason (OOMKilled included); a deletion marks the pod, stops its container
@@ -22,7 +22,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 import docker.errors
-from k8s_api_server import FakeApiServer
+from k8s_fake_api import FakeCoreApi
 
 from mlyard.backends.local.containers import Engine
 from mlyard.backends.kubernetes.entrypoint import peers
@@ -110,10 +110,9 @@ class StandInCluster:
     def __init__(self, engine: Engine, shared: Path, *, cpus: int = 4, memory_bytes: int = 8 * 2**30):
         self.engine = engine
         self.shared = shared
-        self.api = FakeApiServer()
+        self.api = FakeCoreApi(kubelet=self)
         self.api.nodes = [node_object(cpus, memory_bytes)]
-        self.api.kubelet = self
-        self.url = self.api.url
+        self.url = self.api.serve()
         self._containers: dict[str, Any] = {}
         self._deleting: set[str] = set()
 
@@ -139,26 +138,17 @@ class StandInCluster:
             container.remove(force=True)
         self.api.close()
 
-    # ------------------------------------------------------------- called by the API server
-    def created(self, kind: str, body: dict[str, Any]) -> None:
-        if kind == "pod":
-            self.api.publish("ADDED", body)
-            threading.Thread(target=self._run, args=(body["metadata"]["name"],), daemon=True).start()
+    # ------------------------------------------------------------- called by the API
+    def created(self, pod: dict[str, Any]) -> None:
+        threading.Thread(target=self._run, args=(pod["metadata"]["name"],), daemon=True).start()
 
-    def deleting(self, kind: str, name: str, query: dict[str, list[str]]) -> dict[str, Any]:
+    def deleting(self, name: str, grace: int | None) -> dict[str, Any]:
         with self.api.lock:
-            found = self.api.objects.get((kind, name))
+            found = self.api.objects.get(("pod", name))
             if found is None:  # deleted meanwhile by another request
                 return {"kind": "Status", "apiVersion": "v1", "status": "Success"}
-            if kind != "pod":
-                del self.api.objects[(kind, name)]
-        if kind == "service":
-            self._delete_owned_by(found["metadata"]["uid"])
-            return found
-        if kind != "pod":
-            return found
-        grace = int(query.get("gracePeriodSeconds", [found["spec"].get("terminationGracePeriodSeconds", 30)])[0])
-        with self.api.lock:
+            if grace is None:
+                grace = found["spec"].get("terminationGracePeriodSeconds", 30)
             found["metadata"].setdefault("deletionTimestamp", _now())
             found["metadata"]["deletionGracePeriodSeconds"] = grace
             self._deleting.add(name)
@@ -166,12 +156,11 @@ class StandInCluster:
         threading.Thread(target=self._terminate, args=(name, grace), daemon=True).start()
         return found
 
-    def log(self, name: str, query: dict[str, list[str]]) -> bytes:
+    def log(self, name: str, tail_lines: int | None) -> bytes:
         container = self._containers.get(name)
         if container is None:
             return b""
-        tail = query.get("tailLines", ["all"])[0]
-        return container.logs(tail=int(tail) if tail != "all" else "all")
+        return container.logs(tail=tail_lines if tail_lines is not None else "all")
 
     # ------------------------------------------------------------- the kubelet
     def _run(self, name: str) -> None:
@@ -214,13 +203,6 @@ class StandInCluster:
             gone = self.api.objects.pop(("pod", name), None)
         if gone is not None:
             self.api.publish("DELETED", gone)
-
-    def _delete_owned_by(self, uid: str) -> None:
-        with self.api.lock:
-            owned = [(kind, name) for (kind, name), o in self.api.objects.items()
-                     if any(owner.get("uid") == uid for owner in o["metadata"].get("ownerReferences") or ())]
-        for kind, name in owned:
-            self.deleting(kind, name, {})
 
     def _set_status(self, name: str, phase: str, state: dict[str, Any], *, ready: bool = False) -> None:
         with self.api.lock:

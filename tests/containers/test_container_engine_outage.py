@@ -14,7 +14,7 @@ from mlyard.backends.base import ReplicaRef
 from mlyard.backends.local.containers import container_replicas
 from mlyard.backends.local.containers.engine import default_socket
 from mlyard.backends.local.processes import LocalBackend
-from mlyard.runtime.launcher import EXIT_FILE
+from mlyard.runtime.launch_config import EXIT_FILE
 
 NO_ENGINE = "unix:///nonexistent/engine.sock"
 

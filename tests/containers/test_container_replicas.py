@@ -21,7 +21,7 @@ from mlyard.backends.base import (
     ReplicaRef,
 )
 from mlyard.backends.local.containers import container_replicas
-from mlyard.backends.local.job_accounts import JobUsers
+from mlyard.backends.local.job_accounts import JobAccounts
 from mlyard.backends.local.processes import LocalBackend
 
 MiB = 1024**2
@@ -109,8 +109,9 @@ def test_a_container_replica_runs_as_nobody_in_its_read_only_code_and_writes_onl
     launch, replica = launch_one(home, ("python3", "probe.py", str(home / "mlyard.db"), str(home), str(tmp_path),
                                         "/work"),
                                  snapshot_path=archive)
-    [handle] = backend.launch(launch)
-    assert handle.pid is not None  # the container's first process, as the host sees it (resource sampling)
+    [started] = backend.launch(launch)
+    assert started.pid is not None  # the container's first process, as the host sees it (resource sampling)
+    assert (started.node, started.directory) == (replica.node, replica.directory)
     observation = wait_state(backend, reference(replica), ("exited",))
     assert observation.exit_code == 7 and observation.reason is None
     assert observation.finished_at is not None and observation.started_at is not None
@@ -235,14 +236,14 @@ def test_an_image_is_checked_on_the_engine(tmp_path: Path) -> None:
 def test_with_job_accounts_a_container_runs_as_the_owners_account(tmp_path: Path) -> None:
     homes = tmp_path / "homes"
     homes.mkdir()
-    job_users = JobUsers(homes, prefix="mlyct-")
-    backend = LocalBackend(cpus=1, job_users=job_users, containers=container_replicas("container", SOCKET))
+    accounts = JobAccounts(homes, prefix="mlyct-")
+    backend = LocalBackend(cpus=1, job_accounts=accounts, containers=container_replicas("container", SOCKET))
     launch, replica = launch_one(tmp_path, ("python3", "-c", ("import os; print(os.getuid(), os.getgid()); open("
                                             "os.environ['MLYARD_CHECKPOINT_DIR'] + '/mine', 'w').write('x')")))
     launch = dataclasses.replace(launch, owner="alice")
     backend.launch(launch)
     observation = wait_state(backend, reference(replica), ("exited",))
-    account = job_users.account_for("alice")
+    account = accounts.account_for("alice")
     assert observation.exit_code == 0, (replica.directory / "output.log").read_text()
     assert (replica.directory / "output.log").read_text() == f"{account.uid} {account.gid}\n"
     checkpoints = tmp_path / "checkpoints" / "1"

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from conftest import REPOSITORY, RunningServer, process_gone, wait_until
 
-from mlyard.runtime.launcher import HEARTBEAT_TIMEOUT
+from mlyard.runtime.launch_config import HEARTBEAT_TIMEOUT
 
 pytestmark = pytest.mark.slow
 

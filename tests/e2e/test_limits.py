@@ -14,7 +14,8 @@ import pytest
 from conftest import DATABASES, RunningServer, start_server, stop_server
 
 from mlyard.errors import MlyardError
-from mlyard.runtime.launcher import OUTPUT_LOG, truncation_line
+from mlyard.runtime.launch_config import OUTPUT_LOG
+from mlyard.runtime.launcher import truncation_line
 from mlyard.server.settings import ServerSettings
 
 LIMIT = 64 * 1024

@@ -51,14 +51,15 @@ def set_status(api: FakeCoreApi, name: str, recording: str) -> dict:
 
 def test_launch_creates_the_service_first_and_makes_it_the_owner(ddp, api):
     kubernetes, launch = ddp
-    handles = kubernetes.launch(launch)
+    refs = kubernetes.launch(launch)
     assert [call for call in api.calls] == [
         ("create", "service/mlyard-j7-a1"), ("create", "secret/mlyard-j7-a1"),
         ("create", "pod/mlyard-j7-a1-worker-0"), ("create", "pod/mlyard-j7-a1-worker-1")]
     uid = api.objects[("service", "mlyard-j7-a1")]["metadata"]["uid"]
     for key in (("secret", "mlyard-j7-a1"), ("pod", "mlyard-j7-a1-worker-0"), ("pod", "mlyard-j7-a1-worker-1")):
         assert api.objects[key]["metadata"]["ownerReferences"][0]["uid"] == uid
-    assert [handle.replica_id for handle in handles] == [r.replica_id for r in launch.replicas]
+    assert [(ref.replica_id, ref.node, ref.directory, ref.pid) for ref in refs] == [
+        (r.replica_id, r.node, r.directory, None) for r in launch.replicas]
     # What was submitted is what dryrun showed, plus the owner references.
     submitted = api.objects[("pod", "mlyard-j7-a1-worker-1")]
     shown = kubernetes.dryrun(launch)[3]

@@ -1,5 +1,5 @@
-"""The backend through the real `kubernetes` client, talking HTTP to a small stand-in API
-server (`k8s_api_server.py`): the requests it sends, the watch it follows, the errors it reads."""
+"""The backend through the real `kubernetes` client, talking HTTP to the stand-in API
+(`k8s_fake_api.py`, served): the requests it sends, the watch it follows, the errors it reads."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import threading
 from urllib.parse import parse_qs, urlparse
 
 import pytest
-from k8s_api_server import FakeApiServer
+from k8s_fake_api import FakeCoreApi
 from k8s_support import HERE
 from kubernetes import client
 from test_k8s_render import ddp_two_replicas
@@ -21,9 +21,10 @@ from mlyard.backends.kubernetes.settings import KubernetesSettings
 
 @pytest.fixture
 def server():
-    running = FakeApiServer()
-    yield running
-    running.close()
+    api = FakeCoreApi()
+    api.serve()
+    yield api
+    api.close()
 
 
 def core_api(url: str) -> client.CoreV1Api:
@@ -47,7 +48,9 @@ def test_launch_observe_stop_and_logs_through_the_real_client(server):
     assert pod["spec"] == kubernetes.dryrun(launch)[2]["spec"]  # what dryrun shows is what the API got
     restarted = KubernetesBackend(KubernetesSettings(), core_api(server.url), watch=False)
     assert {o.state for o in restarted.observe(references(launch)).values()} == {"pending"}
-    assert restarted.logs(references(launch)[0]) == "log of mlyard-j7-a1-worker-0\n"
+    server.logs["mlyard-j7-a1-worker-0"] = "epoch 1\nepoch 2\n"
+    assert restarted.logs(references(launch)[0]) == "epoch 1\nepoch 2\n"
+    assert restarted.logs(references(launch)[0], tail_lines=1) == "epoch 2\n"
     restarted.stop(references(launch), force=True)
     deletes = [request for request in server.requests if request[0] == "DELETE"]
     assert len(deletes) == 2
@@ -89,8 +92,7 @@ def test_the_watch_brings_exits_and_tells_the_controller(server):
         told.clear()
         finished = copy.deepcopy(server.objects[("pod", "mlyard-j7-a1-worker-1")])
         finished["status"] = json.loads((HERE / "pods" / "failed-exit-code.json").read_text())["status"]
-        finished["metadata"]["resourceVersion"] = "5000"
-        server.events.put({"type": "MODIFIED", "object": finished})
+        server.publish("MODIFIED", finished)
         assert told.wait(10), "the watch did not report the change"
         observed = watching.observe(references(launch))
         second = observed[launch.replicas[1].replica_id]

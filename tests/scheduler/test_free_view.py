@@ -7,6 +7,7 @@ import gc
 import random
 
 import pytest
+from factories import GIB, node
 
 from mlyard.scheduler import (
     ClusterSnapshot,
@@ -19,12 +20,6 @@ from mlyard.scheduler import (
     decide,
     place_gang,
 )
-
-GIB = 1 << 30
-
-
-def node(name: str, cores: int = 8, gpus: int = 4, memory_gib: int = 64, rack: str = "r0") -> Node:
-    return Node(name, f"{name}.local", tuple(range(cores)), memory_gib * GIB, tuple(range(gpus)), {"rack": rack})
 
 
 def expected_free(nodes: list[Node], running: list[RunningJob]) -> dict[str, tuple[list[int], list[int], int]]:
@@ -50,8 +45,8 @@ def test_the_free_view_is_the_nodes_less_what_running_jobs_hold(seed):
     # Stale and overlapping records included: ids held twice, ids the node does not have,
     # unknown nodes, more memory than the node has, and holdings in no particular order.
     rng = random.Random(seed)
-    nodes = [node(f"n{k}", cores=rng.randint(1, 12), gpus=rng.randint(0, 6), memory_gib=rng.randint(1, 16))
-             for k in range(rng.randint(1, 6))]
+    nodes = [node(f"n{k}", cores=rng.randint(1, 12), gpus=rng.randint(0, 6), memory_gib=rng.randint(1, 16),
+                  rack="r0") for k in range(rng.randint(1, 6))]
     running = []
     for job_id in range(rng.randint(0, 12)):
         placements = []
@@ -73,7 +68,7 @@ def test_the_free_view_is_the_nodes_less_what_running_jobs_hold(seed):
 
 def test_a_snapshot_naming_a_node_twice_is_refused_with_its_name():
     with pytest.raises(ValueError, match="duplicate node name 'a'"):
-        FreeResources.from_snapshot(ClusterSnapshot((node("a"), node("b"), node("a"))))
+        FreeResources.from_snapshot(ClusterSnapshot(tuple(node(name, gpus=4, rack="r0") for name in "aba")))
 
 
 @pytest.mark.parametrize(("placements", "message"), [
@@ -88,7 +83,8 @@ def test_a_snapshot_naming_a_node_twice_is_refused_with_its_name():
 ])
 def test_reserve_names_what_is_not_free_and_changes_nothing(placements, message):
     held = ReplicaPlacement("w", 0, "a", (6, 7), (3,), 0)
-    free = FreeResources.from_snapshot(ClusterSnapshot((node("a"),), (RunningJob(1, (held,)),)))
+    snapshot = ClusterSnapshot((node("a", gpus=4, rack="r0"),), (RunningJob(1, (held,)),))
+    free = FreeResources.from_snapshot(snapshot)
     before = free.copy()
     with pytest.raises(ValueError, match=message):
         free.reserve(placements)
@@ -105,8 +101,8 @@ def test_a_gang_spread_over_nodes_goes_to_the_tightest_rack_that_holds_it():
     # Rack "a" has the least free (4 GPUs, 4 cores) but no two nodes with two GPUs each: it
     # cannot hold the gang although its totals could. Racks "c" and "b" tie on free totals
     # and "c"'s nodes come first by name: the label decides, and "b" goes first.
-    nodes = [node("a1", rack="a"), node("a2", rack="a"),
-             node("n1", rack="c"), node("n2", rack="c"), node("n3", rack="b"), node("n4", rack="b")]
+    nodes = [node(name, gpus=4, rack=rack) for name, rack in
+             (("a1", "a"), ("a2", "a"), ("n1", "c"), ("n2", "c"), ("n3", "b"), ("n4", "b"))]
     cores = tuple(range(6))
     running = [RunningJob(1, (ReplicaPlacement("w", 0, "a1", cores, (0,), GIB),
                               ReplicaPlacement("w", 1, "a2", cores, (0, 1, 2), GIB)))]
@@ -123,7 +119,8 @@ def test_a_gang_spread_over_nodes_goes_to_the_tightest_rack_that_holds_it():
 
 @pytest.mark.parametrize("enabled", [True, False])
 def test_a_round_leaves_the_garbage_collector_as_it_found_it(enabled):
-    snapshot = ClusterSnapshot((node("a"),), pending=(PendingJob(1, 0.0, (ReplicaRequest("w", 0, 1.0, GIB, 1),)),))
+    pending = (PendingJob(1, 0.0, (ReplicaRequest("w", 0, 1.0, GIB, 1),)),)
+    snapshot = ClusterSnapshot((node("a", gpus=4, rack="r0"),), pending=pending)
     was = gc.isenabled()
     try:
         if enabled:

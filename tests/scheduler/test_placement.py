@@ -6,6 +6,7 @@ import itertools
 import random
 
 import pytest
+from factories import GIB, node, workers
 
 from mlyard.scheduler import (
     ClusterSnapshot,
@@ -17,16 +18,6 @@ from mlyard.scheduler import (
     place_gang,
     unschedulable_reason,
 )
-
-GIB = 1 << 30
-
-
-def node(name: str, cores: int, memory_gib: float = 64, gpus: int = 0) -> Node:
-    return Node(name, f"{name}.local", tuple(range(cores)), int(memory_gib * GIB), tuple(range(gpus)))
-
-
-def workers(count: int, cpu: float = 1, memory_gib: float = 1, gpu: int = 0) -> list[ReplicaRequest]:
-    return [ReplicaRequest("worker", i, cpu, int(memory_gib * GIB), gpu) for i in range(count)]
 
 
 def assert_valid(nodes: list[Node], replicas, placements) -> None:
@@ -187,7 +178,7 @@ def test_random_gangs_are_valid_and_found_whenever_one_exists():
     generator = random.Random(1234)
     for _ in range(300):
         nodes = [
-            node(f"n{k}", generator.randint(0, 6), generator.randint(1, 8), generator.randint(0, 3))
+            node(f"n{k}", generator.randint(0, 6), memory_gib=generator.randint(1, 8), gpus=generator.randint(0, 3))
             for k in range(generator.randint(1, 3))
         ]
         replicas = [

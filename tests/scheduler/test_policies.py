@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import pytest
+from factories import GIB, gpu_node, running_job
 
 from mlyard.scheduler import (
     Amounts,
     ClusterSnapshot,
-    Node,
     PendingJob,
     Queue,
     ReplicaPlacement,
@@ -16,12 +16,6 @@ from mlyard.scheduler import (
     SchedulerConfig,
     decide,
 )
-
-GIB = 1 << 30
-
-
-def gpu_node(name: str, gpus: int = 8, rack: str = "r0", model: str = "") -> Node:
-    return Node(name, f"{name}.local", tuple(range(32)), 256 * GIB, tuple(range(gpus)), {"rack": rack}, model)
 
 
 def gang(gpus: int, per_replica: int = 8, models: tuple[str, ...] = ()) -> tuple[ReplicaRequest, ...]:
@@ -33,11 +27,6 @@ def pending(job_id: int, gpus: int, at: float = 0.0, **fields) -> PendingJob:
     per_replica = fields.pop("per_replica", 8)
     models = fields.pop("models", ())
     return PendingJob(job_id, at, gang(gpus, per_replica, models), **fields)
-
-
-def running(job_id: int, node: str, gpu_ids, at: float = 0.0, cpu: int = 0, **fields) -> RunningJob:
-    placement = ReplicaPlacement("worker", 0, node, (cpu,), tuple(gpu_ids), GIB)
-    return RunningJob(job_id, (placement,), started_at=at, **fields)
 
 
 def run(policy: str, nodes, running_jobs=(), pending_jobs=(), queues=(), now: float = 100_000.0, **config):
@@ -57,15 +46,17 @@ def preempted(decisions) -> list[int]:
 # --------------------------------------------------------------------- priority
 def test_priority_preempts_lowest_priority_then_most_recent_and_the_job_waits_for_it():
     nodes = [gpu_node("a", 4)]
-    jobs = [running(1, "a", [0], at=10, priority=1, cpu=0), running(2, "a", [1], at=20, priority=0, cpu=1),
-            running(3, "a", [2], at=30, priority=0, cpu=2), running(4, "a", [3], at=5, priority=5, cpu=3)]
+    jobs = [running_job(1, "a", (0,), [0], started_at=10, priority=1),
+            running_job(2, "a", (1,), [1], started_at=20, priority=0),
+            running_job(3, "a", (2,), [2], started_at=30, priority=0),
+            running_job(4, "a", (3,), [3], started_at=5, priority=5)]
     decisions = run("priority", nodes, jobs, [pending(9, 1, per_replica=1, priority=3)])
     assert preempted(decisions) == [3]  # priority 0 and started last
     assert decisions.preemptions[0].for_job == 9 and "job 9" in decisions.preemptions[0].reason
     assert starts(decisions) == []
     assert decisions.waiting[9] == "waiting for job 3 to stop (preempted or shrunk for it)"
     # Next round the victim is stopping: nobody else is preempted for the same job.
-    stopping = [*jobs[:2], running(3, "a", [2], at=30, cpu=2, stopping=True), jobs[3]]
+    stopping = [*jobs[:2], running_job(3, "a", (2,), [2], started_at=30, stopping=True), jobs[3]]
     again = run("priority", nodes, stopping, [pending(9, 1, per_replica=1, priority=3)])
     assert preempted(again) == [] and starts(again) == []
     assert again.waiting[9] == "waiting for job 3 to stop"
@@ -73,7 +64,7 @@ def test_priority_preempts_lowest_priority_then_most_recent_and_the_job_waits_fo
 
 def test_priority_never_preempts_equal_or_higher_priority():
     nodes = [gpu_node("a", 2)]
-    jobs = [running(1, "a", [0], priority=3), running(2, "a", [1], priority=4, cpu=1)]
+    jobs = [running_job(1, "a", (0,), [0], priority=3), running_job(2, "a", (1,), [1], priority=4)]
     decisions = run("priority", nodes, jobs, [pending(9, 1, per_replica=1, priority=3)])
     assert preempted(decisions) == [] and starts(decisions) == []
     assert decisions.waiting[9] == "no node with 1 free GPU"
@@ -81,7 +72,7 @@ def test_priority_never_preempts_equal_or_higher_priority():
 
 def test_priority_reason_counts_waiting_jobs_of_higher_priority():
     nodes = [gpu_node("a", 1)]
-    jobs = [running(1, "a", [0], priority=9)]
+    jobs = [running_job(1, "a", (0,), [0], priority=9)]
     waiting = [pending(i, 1, per_replica=1, priority=5, at=i) for i in (2, 3, 4)] + [pending(5, 1, per_replica=1)]
     decisions = run("priority", nodes, jobs, waiting)
     assert decisions.waiting[5] == "no node with 1 free GPU; behind 3 jobs of higher priority"
@@ -91,7 +82,7 @@ def test_priority_reason_counts_waiting_jobs_of_higher_priority():
 def test_las_demotes_by_attained_service_and_new_jobs_preempt_demoted_ones():
     nodes = [gpu_node("a", 2)]
     # Job 1 has run 2 GPUs x 2 h = 14,400 GPU-s: past the first threshold (3,600).
-    old = RunningJob(1, (ReplicaPlacement("worker", 0, "a", (0,), (0, 1), GIB),), started_at=0.0)
+    old = running_job(1, "a", (0,), (0, 1), started_at=0.0)
     decisions = run("las", nodes, [old], [pending(2, 1, per_replica=1, at=7000)], now=7200.0)
     assert preempted(decisions) == [1]
     # Below the threshold the same job is in the top queue and is left alone.
@@ -112,8 +103,7 @@ def test_las_orders_by_queue_then_fifo_and_starvation_guard_promotes():
 # --------------------------------------------------------------------- balanced
 def test_balanced_does_not_preempt_a_job_that_only_just_started():
     nodes = [gpu_node("a", 1)]
-    victim = RunningJob(1, (ReplicaPlacement("worker", 0, "a", (0,), (0,), GIB),), started_at=99_900,
-                        attained_service=50_000)
+    victim = running_job(1, "a", (0,), (0,), started_at=99_900, attained_service=50_000)
     assert preempted(run("balanced", nodes, [victim], [pending(2, 1, per_replica=1)], now=100_000)) == []
     assert preempted(run("balanced", nodes, [victim], [pending(2, 1, per_replica=1)], now=100_400)) == [1]
 
@@ -128,8 +118,7 @@ def test_balanced_prefers_least_attained_service_within_a_level():
 # --------------------------------------------------------------------- srtf-oracle
 def test_srtf_oracle_starts_shortest_remaining_service_and_preempts_longer():
     nodes = [gpu_node("a", 1)]
-    long_running = RunningJob(1, (ReplicaPlacement("worker", 0, "a", (0,), (0,), GIB),), started_at=0,
-                              expected_duration=10_000)
+    long_running = running_job(1, "a", (0,), (0,), started_at=0, expected_duration=10_000)
     short = pending(2, 1, per_replica=1, expected_duration=100)
     decisions = run("srtf-oracle", nodes, [long_running], [short], now=1_000)
     assert preempted(decisions) == [1]
@@ -141,7 +130,7 @@ def test_srtf_oracle_starts_shortest_remaining_service_and_preempts_longer():
 def test_backfill_lets_short_jobs_through_but_never_delays_the_head():
     nodes = [gpu_node("a", 4)]
     # Job 1 holds 2 GPUs until t=1,000; head job 2 needs all 4.
-    busy = running(1, "a", [0, 1], at=0, max_runtime=1_000)
+    busy = running_job(1, "a", (0,), [0, 1], started_at=0, max_runtime=1_000)
     head = pending(2, 4, at=1, per_replica=4)
     short = pending(3, 1, at=2, per_replica=1, max_runtime=500)  # ends at 600 < 1,000
     long = pending(4, 1, at=3, per_replica=1, max_runtime=5_000)
@@ -157,9 +146,9 @@ def test_backfill_lets_short_jobs_through_but_never_delays_the_head():
 
 def test_backfill_uses_resources_the_head_will_not_need():
     nodes = [gpu_node("a", 4), gpu_node("b", 4)]
-    busy = running(1, "a", [0, 1, 2], at=0, max_runtime=1_000)
+    busy = running_job(1, "a", (0,), [0, 1, 2], started_at=0, max_runtime=1_000)
     head = pending(2, 4, at=1, per_replica=4)  # fits on "a" at t=1,000 at the latest ... or "b" now
-    blocker = running(3, "b", [0], at=0, max_runtime=2_000)
+    blocker = running_job(3, "b", (0,), [0], started_at=0, max_runtime=2_000)
     long = pending(4, 1, at=3, per_replica=1, max_runtime=50_000)
     decisions = run("backfill", nodes, [busy, blocker], [head, long], now=100)
     # The head's spot is node "a" at t=1,000; "b" has 3 GPUs nobody reserved.
@@ -180,7 +169,7 @@ def test_queue_cannot_exceed_quota_plus_borrowing_limit():
 def test_quota_reason_reads_like_used_over_limit():
     nodes = [gpu_node("a", 16)]
     queues = [Queue("vision", quota=Amounts.limit(gpu=8), borrow_limit=Amounts.limit(gpu=0))]
-    jobs = [running(1, "a", range(8), queue="vision")]
+    jobs = [running_job(1, "a", (0,), range(8), queue="vision")]
     decisions = run("balanced", nodes, jobs, [pending(2, 4, per_replica=4, queue="vision")], queues)
     assert decisions.waiting[2] == "queue vision over quota: gpu 8/8, needs 4"
 
@@ -188,10 +177,10 @@ def test_quota_reason_reads_like_used_over_limit():
 def test_queue_reclaims_its_quota_from_borrowers_lowest_priority_most_recent_first():
     nodes = [gpu_node("a", 4)]
     queues = [Queue("nlp", quota=Amounts.limit(gpu=2)), Queue("vision", quota=Amounts.limit(gpu=2))]
-    borrowers = [running(1, "a", [0], at=10, cpu=0, queue="vision", priority=1),
-                 running(2, "a", [1], at=20, cpu=1, queue="vision"),
-                 running(3, "a", [2], at=30, cpu=2, queue="vision"),
-                 running(4, "a", [3], at=40, cpu=3, queue="vision", priority=2)]
+    borrowers = [running_job(1, "a", (0,), [0], started_at=10, queue="vision", priority=1),
+                 running_job(2, "a", (1,), [1], started_at=20, queue="vision"),
+                 running_job(3, "a", (2,), [2], started_at=30, queue="vision"),
+                 running_job(4, "a", (3,), [3], started_at=40, queue="vision", priority=2)]
     decisions = run("fifo", nodes, borrowers, [pending(9, 2, per_replica=2, queue="nlp")], queues)
     # vision holds 4 of its 2: the two priority-0 jobs go, the newest first.
     assert sorted(preempted(decisions)) == [2, 3]
@@ -201,8 +190,8 @@ def test_queue_reclaims_its_quota_from_borrowers_lowest_priority_most_recent_fir
 def test_no_reclaim_beyond_own_quota_and_not_from_queues_within_theirs():
     nodes = [gpu_node("a", 4)]
     queues = [Queue("nlp", quota=Amounts.limit(gpu=2)), Queue("vision", quota=Amounts.limit(gpu=2))]
-    mine = [running(1, "a", [0, 1], queue="nlp")]
-    theirs = [running(2, "a", [2, 3], cpu=1, queue="vision")]
+    mine = [running_job(1, "a", (0,), [0, 1], queue="nlp")]
+    theirs = [running_job(2, "a", (1,), [2, 3], queue="vision")]
     decisions = run("fifo", nodes, mine + theirs, [pending(9, 1, per_replica=1, queue="nlp")], queues)
     assert preempted(decisions) == []
 
@@ -210,7 +199,7 @@ def test_no_reclaim_beyond_own_quota_and_not_from_queues_within_theirs():
 def test_a_job_within_its_queues_quota_goes_before_a_borrower_ahead_of_it():
     nodes = [gpu_node("a", 4)]
     queues = [Queue("nlp", quota=Amounts.limit(gpu=2)), Queue("vision", quota=Amounts.limit(gpu=2))]
-    at_quota = [running(1, "a", [0, 1], queue="vision")]
+    at_quota = [running_job(1, "a", (0,), [0, 1], queue="vision")]
     jobs = [pending(10, 2, per_replica=2, at=0, queue="vision"), pending(11, 2, per_replica=2, at=5, queue="nlp")]
     decisions = run("fifo", nodes, at_quota, jobs, queues)
     # Were job 10 to borrow the last two GPUs, nlp would reclaim them next round, and again.
@@ -222,19 +211,19 @@ def test_priority_preempts_another_queue_only_while_that_queue_borrows():
     nodes = [gpu_node("a", 4)]
     queues = [Queue("nlp", quota=Amounts.limit(gpu=1)), Queue("vision", quota=Amounts.limit(gpu=2))]
     urgent = [pending(10, 1, per_replica=1, queue="nlp", priority=5)]  # nlp would borrow
-    own = running(2, "a", [3], at=5, cpu=3, queue="nlp")
-    within = [own, running(1, "a", [0, 1], at=30, cpu=0, queue="vision"),
-              running(3, "a", [2], at=20, cpu=2, queue="nlp")]
+    own = running_job(2, "a", (3,), [3], started_at=5, queue="nlp")
+    within = [own, running_job(1, "a", (0,), [0, 1], started_at=30, queue="vision"),
+              running_job(3, "a", (2,), [2], started_at=20, queue="nlp")]
     # Vision holds just its quota: the newest lower-priority job of another queue is spared.
     assert preempted(run("priority", nodes, within, urgent, queues)) == [3]
-    borrowing = [own, running(1, "a", [0, 1], at=10, cpu=0, queue="vision"),
-                 running(4, "a", [2], at=20, cpu=2, queue="vision")]
+    borrowing = [own, running_job(1, "a", (0,), [0, 1], started_at=10, queue="vision"),
+                 running_job(4, "a", (2,), [2], started_at=20, queue="vision")]
     assert preempted(run("priority", nodes, borrowing, urgent, queues)) == [4]
 
 
 def test_dominant_resource_fair_share_interleaves_queues():
     nodes = [gpu_node("a", 4)]
-    hog = [running(1, "a", [0], queue="a")]
+    hog = [running_job(1, "a", (0,), [0], queue="a")]
     jobs = [pending(10 + i, 1, per_replica=1, at=i, queue="a") for i in range(3)]
     jobs += [pending(20 + i, 1, per_replica=1, at=10 + i, queue="b") for i in range(3)]
     decisions = run("balanced", nodes, hog, jobs)
@@ -245,7 +234,7 @@ def test_dominant_resource_fair_share_interleaves_queues():
 # --------------------------------------------------------------------- placement
 def test_best_fit_keeps_whole_nodes_free_for_big_gangs():
     nodes = [gpu_node("a"), gpu_node("b")]
-    partly_used = running(1, "b", range(5))  # b has 3 free
+    partly_used = running_job(1, "b", (0,), range(5))  # b has 3 free
     decisions = run("fifo", nodes, [partly_used], [pending(2, 2, per_replica=2), pending(3, 8)])
     placed = {start.job_id: {p.node for p in start.placements} for start in decisions.starts}
     assert placed == {2: {"b"}, 3: {"a"}}
@@ -254,7 +243,7 @@ def test_best_fit_keeps_whole_nodes_free_for_big_gangs():
 def test_multi_node_gang_stays_in_one_rack_on_fewest_nodes():
     nodes = [gpu_node("a1", rack="r1"), gpu_node("b1", rack="r2"), gpu_node("b2", rack="r2"),
              gpu_node("a2", rack="r1")]
-    other_rack = running(1, "a1", range(4))
+    other_rack = running_job(1, "a1", (0,), range(4))
     decisions = run("fifo", nodes, [other_rack], [pending(2, 16)])
     assert {p.node for p in decisions.starts[0].placements} == {"b1", "b2"}
 
@@ -263,7 +252,7 @@ def test_gpu_model_constraint():
     nodes = [gpu_node("old", model="V100"), gpu_node("new", model="A100")]
     decisions = run("fifo", nodes, [], [pending(1, 4, per_replica=4, models=("A100",))])
     assert decisions.starts[0].placements[0].node == "new"
-    busy = running(2, "new", range(6))
+    busy = running_job(2, "new", (0,), range(6))
     waiting = run("fifo", nodes, [busy], [pending(1, 4, per_replica=4, models=("A100",))])
     assert waiting.waiting[1] == "no node with 4 free A100 GPUs"
 
@@ -276,7 +265,7 @@ def elastic(job_id: int, count: int, minimum: int, **fields) -> PendingJob:
 
 def test_elastic_job_starts_with_what_fits_and_grows_into_idle_capacity():
     nodes = [gpu_node("a", 4)]
-    busy = running(1, "a", [0])
+    busy = running_job(1, "a", (0,), [0])
     decisions = run("balanced", nodes, [busy], [elastic(2, 8, 2)])
     assert starts(decisions) == [2]
     assert len(decisions.starts[0].placements) == 3  # min 2, grown by the idle third GPU
@@ -322,7 +311,7 @@ def test_job_that_can_never_run_is_explained_and_passed_over(policy):
 
 def test_explain_off_gives_no_reasons():
     nodes = [gpu_node("a", 1)]
-    decisions = run("balanced", nodes, [running(1, "a", [0])], [pending(2, 1, per_replica=1)], explain=False)
+    decisions = run("balanced", nodes, [running_job(1, "a", (0,), [0])], [pending(2, 1, per_replica=1)], explain=False)
     assert decisions.waiting == {}
 
 
@@ -335,7 +324,7 @@ def test_gpu_model_nobody_has_makes_a_job_unschedulable_with_that_reason():
 
 
 def test_spec_gpu_models_reach_the_scheduler():
-    from mlyard.server.control.scheduler_input import replica_requests
+    from mlyard.server.scheduler_terms import replica_requests
     from mlyard.spec import JobSpec
 
     spec = JobSpec.model_validate({"name": "a", "command": "true",

@@ -20,6 +20,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field, replace
 
 import pytest
+from factories import GIB, node, running_job
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
@@ -43,7 +44,6 @@ from mlyard.scheduler import (
     unschedulable_reason,
 )
 
-GIB = 1 << 30
 MODELS = ("A100", "H100")
 QUEUE_NAMES = ("default", "research", "prod")
 USERS = ("ana", "ben", "cy")
@@ -479,9 +479,9 @@ def describe(snapshot: ClusterSnapshot, now: float, decisions: Decisions) -> str
     config = snapshot.config
     lines = [(f"now={now:g} policy={config.policy} explain={config.explain} fair_share={config.fair_share} "
               f"topology_key={config.topology_key!r} min_run_before_preempt={config.min_run_before_preempt:g}")]
-    for node in snapshot.nodes:
-        lines.append(f"node {node.name}: {len(node.gpu_ids)} GPUs {node.gpu_model or '-'}, {len(node.cpu_ids)} cores, "
-                     f"{_gib(node.memory_bytes)}, labels {dict(node.labels)}")
+    for item in snapshot.nodes:
+        lines.append(f"node {item.name}: {len(item.gpu_ids)} GPUs {item.gpu_model or '-'}, {len(item.cpu_ids)} cores, "
+                     f"{_gib(item.memory_bytes)}, labels {dict(item.labels)}")
     for queue in snapshot.queues:
         lines.append(f"queue {queue.name}: quota {queue.quota}, borrow_limit {queue.borrow_limit}, "
                      f"weight {queue.weight:g}")
@@ -693,9 +693,8 @@ def test_a_victims_queue_does_not_spend_the_quota_its_victim_still_holds(policy:
     """Queue v borrows 4 GPUs up to its ceiling of 4. Job 10 (queue q, within its quota) needs
     an H100 GPU, so v's job 1 is preempted for it; until job 1 has stopped it still holds its
     4 GPUs, so job 11 of queue v may not start on the idle A100 node (v would hold 6 > 4)."""
-    nodes = (Node("n0", "n0.local", tuple(range(8)), 64 * GIB, tuple(range(4)), {}, "H100"),
-             Node("n1", "n1.local", tuple(range(8)), 64 * GIB, tuple(range(4)), {}, "A100"))
-    borrower = RunningJob(1, (ReplicaPlacement("worker", 0, "n0", (0,), (0, 1, 2, 3), GIB),), "v", started_at=0.0)
+    nodes = (node("n0", 8, gpus=4, model="H100"), node("n1", 8, gpus=4, model="A100"))
+    borrower = running_job(1, "n0", (0,), (0, 1, 2, 3), queue="v", started_at=0.0)
     pending = (PendingJob(10, 5.0, (ReplicaRequest("worker", 0, 1, GIB, 1, ("H100",)),), "q"),
                PendingJob(11, 6.0, (ReplicaRequest("worker", 0, 1, GIB, 2),), "v"))
     queues = (Queue("q", quota=Amounts.limit(gpu=4), borrow_limit=Amounts.limit(gpu=0)),
@@ -708,8 +707,7 @@ def test_a_victims_queue_does_not_spend_the_quota_its_victim_still_holds(policy:
 def test_a_cpu_only_replica_is_not_held_to_its_siblings_gpu_model() -> None:
     """A parameter server (no GPU) and an A100 worker: the ps fits only the CPU node, the worker
     only the A100 node. ``gpu_models`` constrains only replicas with GPUs, so the gang fits."""
-    nodes = (Node("cpu", "cpu.local", tuple(range(8)), 64 * GIB),
-             Node("gpu", "gpu.local", tuple(range(2)), 64 * GIB, (0,), {}, "A100"))
+    nodes = (node("cpu", 8), node("gpu", 2, gpus=1, model="A100"))
     gang = (ReplicaRequest("ps", 0, 4, GIB), ReplicaRequest("worker", 0, 1, GIB, 1, ("A100",)))
     assert unschedulable_reason(nodes, gang) is None
     decisions = decide(ClusterSnapshot(nodes, (), (PendingJob(1, 0.0, gang),), (), SchedulerConfig()), 10.0)
@@ -718,8 +716,7 @@ def test_a_cpu_only_replica_is_not_held_to_its_siblings_gpu_model() -> None:
 
 def test_replicas_of_one_gang_may_ask_for_different_gpu_models() -> None:
     """Each GPU replica needs a node of a model it accepts, not of one every replica accepts."""
-    nodes = (Node("a", "a.local", (0, 1), 64 * GIB, (0,), {}, "A100"),
-             Node("h", "h.local", (0, 1), 64 * GIB, (0,), {}, "H100"))
+    nodes = (node("a", 2, gpus=1, model="A100"), node("h", 2, gpus=1, model="H100"))
     gang = (ReplicaRequest("worker", 0, 1, GIB, 1, ("A100",)), ReplicaRequest("worker", 1, 1, GIB, 1, ("H100",)))
     assert unschedulable_reason(nodes, gang) is None
 
@@ -727,14 +724,11 @@ def test_replicas_of_one_gang_may_ask_for_different_gpu_models() -> None:
 def test_a_preemption_names_the_job_it_is_for() -> None:
     """Jobs 10 and 11 rank alike above jobs 1 and 2. Job 10 needs a whole node, which preempting
     never frees here; job 11 needs one GPU and gets job 2's. Job 2's reason names job 11 only."""
-    nodes = tuple(Node(name, f"{name}.local", tuple(range(8)), 64 * GIB, tuple(range(4))) for name in ("n0", "n1"))
-
-    def holding(job_id: int, node: str, gpus: tuple[int, ...], priority: int, started: float) -> RunningJob:
-        placement = ReplicaPlacement("worker", 0, node, (gpus[0],), gpus, GIB)
-        return RunningJob(job_id, (placement,), priority=priority, started_at=started)
-
-    running = (holding(1, "n0", (0, 1), 0, 10.0), holding(2, "n1", (0, 1), 0, 20.0),
-               holding(3, "n0", (2, 3), 5, 30.0), holding(4, "n1", (2, 3), 5, 40.0))
+    nodes = tuple(node(name, 8, gpus=4) for name in ("n0", "n1"))
+    running = (running_job(1, "n0", (0,), (0, 1), priority=0, started_at=10.0),
+               running_job(2, "n1", (0,), (0, 1), priority=0, started_at=20.0),
+               running_job(3, "n0", (2,), (2, 3), priority=5, started_at=30.0),
+               running_job(4, "n1", (2,), (2, 3), priority=5, started_at=40.0))
     pending = (PendingJob(10, 1.0, (ReplicaRequest("worker", 0, 1, GIB, 4),), priority=3),
                PendingJob(11, 2.0, (ReplicaRequest("worker", 0, 1, GIB, 1),), priority=3))
     snapshot = ClusterSnapshot(nodes, running, pending, (), SchedulerConfig(policy="priority"))

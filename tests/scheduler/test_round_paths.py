@@ -5,16 +5,15 @@ count, duplicate job ids, and multi-node packing of replicas that need no GPU.""
 from __future__ import annotations
 
 import pytest
+from factories import GIB, gpu_node, node, running_job
 
 from mlyard.scheduler import (
     POLICIES,
     Amounts,
     ClusterSnapshot,
     FreeResources,
-    Node,
     PendingJob,
     Queue,
-    ReplicaPlacement,
     ReplicaRequest,
     RunningJob,
     SchedulerConfig,
@@ -23,12 +22,6 @@ from mlyard.scheduler import (
     place_gang,
 )
 
-GIB = 1 << 30
-
-
-def node(name: str, gpus: int = 8, cores: int = 32) -> Node:
-    return Node(name, f"{name}.local", tuple(range(cores)), 256 * GIB, tuple(range(gpus)), {"rack": "r0"})
-
 
 def replica(gpus: int, cores: int, index: int = 0) -> ReplicaRequest:
     return ReplicaRequest("worker", index, cores, GIB, gpus)
@@ -36,8 +29,7 @@ def replica(gpus: int, cores: int, index: int = 0) -> ReplicaRequest:
 
 def busy(gpus: int, **fields) -> RunningJob:
     """A job holding the first ``gpus`` GPUs and cores of node "a"."""
-    placement = ReplicaPlacement("worker", 0, "a", tuple(range(gpus)), tuple(range(gpus)), GIB)
-    return RunningJob(1, (placement,), **fields)
+    return running_job(1, "a", range(gpus), range(gpus), **fields)
 
 
 def slow_path(snapshot: ClusterSnapshot, now: float):
@@ -65,7 +57,7 @@ def test_alike_blocked_jobs_are_settled_like_the_first_until_their_queue_fills()
             PendingJob(base + 3, k + 0.7, (replica(4, 1),), queue="a"),
         ]
     queues = (Queue("a", quota=Amounts.limit(cpu=10), borrow_limit=Amounts.limit(cpu=0)), Queue("b"))
-    snapshot = ClusterSnapshot((node("a"),), (busy(6, priority=9, queue="a"),), tuple(pending), queues,
+    snapshot = ClusterSnapshot((gpu_node("a"),), (busy(6, priority=9, queue="a"),), tuple(pending), queues,
                                SchedulerConfig(policy="priority"))
     decisions = decide(snapshot, 100.0)
     same(decisions, slow_path(snapshot, 100.0))
@@ -79,7 +71,7 @@ def test_alike_blocked_jobs_are_settled_like_the_first_until_their_queue_fills()
 
 @pytest.mark.parametrize("policy", POLICIES)
 def test_many_copies_of_a_few_jobs_decide_alike_on_both_paths(policy: str):
-    nodes = (node("a"), node("b", gpus=4), node("c", gpus=0, cores=16))
+    nodes = (gpu_node("a"), gpu_node("b", gpus=4), node("c", 16, memory_gib=256, rack="r0"))
     running = (busy(6, priority=2, started_at=50.0, attained_service=4_000.0, queue="q1"),)
     shapes = [(replica(4, 2),), (replica(1, 1),), (replica(0, 4),), (replica(8, 1), replica(8, 1, 1)),
               (replica(2, 2), replica(2, 2, 1))]
@@ -103,7 +95,7 @@ def test_a_repeated_job_id_keeps_the_reason_of_its_last_copy(policy: str, reason
     pending = (PendingJob(7, 0.0, (replica(4, 1),), priority=1), PendingJob(8, 1.0, (replica(4, 1),), priority=1),
                PendingJob(7, 2.0, (replica(3, 1),)), PendingJob(9, 3.0, (replica(1, 1),)),
                PendingJob(10, 4.0, (replica(3, 1),)))
-    snapshot = ClusterSnapshot((node("a"),), (busy(6, priority=9),), pending, (), SchedulerConfig(policy=policy))
+    snapshot = ClusterSnapshot((gpu_node("a"),), (busy(6, priority=9),), pending, (), SchedulerConfig(policy=policy))
     decisions = decide(snapshot, 100.0)
     assert [start.job_id for start in decisions.starts] == [9]
     assert list(decisions.waiting) == [7, 8, 10]
@@ -113,8 +105,8 @@ def test_a_repeated_job_id_keeps_the_reason_of_its_last_copy(policy: str, reason
 
 @pytest.mark.parametrize("topology_key", ["rack", ""])
 def test_cpu_only_replicas_fill_the_roomiest_nodes_and_end_on_the_tightest_fit(topology_key: str):
-    nodes = [node("n1", gpus=0, cores=30), node("n2", gpus=0, cores=50), node("n3", gpus=0, cores=20),
-             node("n4", gpus=0, cores=40)]
+    nodes = [node(name, cores, memory_gib=256, rack="r0")
+             for name, cores in (("n1", 30), ("n2", 50), ("n3", 20), ("n4", 40))]
     gang = (*(replica(0, 10, index) for index in range(6)), replica(0, 20, 6))
     placements = place_gang(FreeResources.from_nodes(nodes), gang, topology_key=topology_key)
     assert placements is not None

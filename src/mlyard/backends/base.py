@@ -68,28 +68,18 @@ class AttemptLaunch:
 
 
 @dataclass(frozen=True)
-class ReplicaHandle:
-    """How to find a started replica again, even from a restarted server."""
-
-    replica_id: int
-    pid: int | None
-    pid_started_at: float | None
-
-
-@dataclass(frozen=True)
 class ReplicaRef:
+    """How to find a started replica again, even from a restarted server: what `launch`
+    returns and the controller records."""
+
     replica_id: int
     node: str
     directory: Path
     pid: int | None
+    """The process the backend started for the replica (its launcher, a container's first
+    process); None where the backend has no process of its own to name (a pod)."""
     pid_started_at: float | None
-
-
-def handle_reference(handle: ReplicaHandle, launch: AttemptLaunch) -> ReplicaRef:
-    """The reference to a replica just started from `launch`."""
-    replica = next(r for r in launch.replicas if r.replica_id == handle.replica_id)
-    return ReplicaRef(replica_id=handle.replica_id, node=replica.node, directory=replica.directory,
-                      pid=handle.pid, pid_started_at=handle.pid_started_at)
+    """When `pid` started: a reused pid is not taken for the replica's."""
 
 
 ReplicaState = Literal["pending", "running", "exited", "lost"]
@@ -147,11 +137,13 @@ class Backend(abc.ABC):
 
     @abc.abstractmethod
     def dryrun(self, launch: AttemptLaunch) -> list[dict[str, Any]]:
-        """The launch as plain data (process arguments, pod objects), one entry per replica."""
+        """The launch as plain data (process arguments, pod objects), one entry per replica.
+        Changes nothing: no directory, account or object is created."""
 
     @abc.abstractmethod
-    def launch(self, launch: AttemptLaunch) -> list[ReplicaHandle]:
-        """Starts every replica of an attempt. On error nothing of the attempt is left running."""
+    def launch(self, launch: AttemptLaunch) -> list[ReplicaRef]:
+        """Starts every replica of an attempt and returns a reference to each, in the order of
+        `launch.replicas`. On error nothing of the attempt is left running."""
 
     @abc.abstractmethod
     def observe(self, replicas: Sequence[ReplicaRef]) -> dict[int, ReplicaObservation]:

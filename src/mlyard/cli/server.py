@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Annotated
 
-import httpx
 import typer
 
 from mlyard.cli.output import errors
@@ -57,11 +56,14 @@ def status() -> None:
     if current.running:
         role = ""
         if current.url:
-            try:
-                health = httpx.get(f"{current.url}/api/v1/health", timeout=2).json()
-                role = f", controller: {health.get('controller', 'leader')}"
-            except (httpx.HTTPError, ValueError):
-                role = ", not answering"
+            from mlyard.client import Client, ClientError
+
+            # The health check needs no token; no retries: a server that does not answer now is said to.
+            with Client(current.url, token="", timeout=2, retry_seconds=0) as client:
+                try:
+                    role = f", controller: {client.health().controller}"
+                except (ClientError, ValueError):
+                    role = ", not answering"
         errors.print(f"mlyard server running at {current.url} (pid {current.pid}{role})")
     else:
         errors.print("mlyard server is not running")

@@ -1,16 +1,16 @@
 """The shim that runs inside every replica: `python -m mlyard.runtime.launcher REPLICA_DIRECTORY`.
 
-It reads `launch.json` from the replica directory, pins the CPUs, joins a memory cgroup
-when one is configured, extracts the code snapshot into `code/`, and runs the user command
-there in a process group of its own. Its stdout and stderr go through a pipe that a thread of
-the launcher copies into `output.log`, up to `max_log_bytes` (MLYARD_MAX_LOG_BYTES); past that
-the output is read and dropped, so the command never blocks on a full pipe, and one line says
-so. SIGTERM and SIGINT are forwarded to the whole group. When the command ends, anything it
-left in its group is killed, the rest of its output is copied, and `exit.json` is written
-(atomically), so the controller can read the outcome even after a server restart.
-`started.json` says the user command is running. When the config names an OS account
-(`run_as`), the code directory becomes that account's and the command runs as it, with an
-environment that keeps nothing of the server's but PATH and the locale.
+It reads `launch.json` (a `launch_config.LaunchConfig`) from the replica directory, pins the
+CPUs, joins a memory cgroup when one is configured, extracts the code snapshot into `code/`,
+and runs the user command there in a process group of its own. Its stdout and stderr go
+through a pipe that a thread of the launcher copies into `output.log`, up to `max_log_bytes`
+(MLYARD_MAX_LOG_BYTES); past that the output is read and dropped, so the command never blocks
+on a full pipe, and one line says so. SIGTERM and SIGINT are forwarded to the whole group.
+When the command ends, anything it left in its group is killed, the rest of its output is
+copied, and `exit.json` is written (atomically), so the controller can read the outcome even
+after a server restart. `started.json` says the user command is running. When the config
+names an OS account (`run_as`), the code directory becomes that account's and the command runs
+as it, with an environment that keeps nothing of the server's but PATH and the locale.
 
 From its start until `exit.json` is written, a thread touches `heartbeat` every
 HEARTBEAT_INTERVAL seconds: a replica whose beats stop (the launcher killed, frozen, or its node
@@ -21,7 +21,6 @@ It imports little, so a replica starts fast.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -30,18 +29,19 @@ import threading
 import time
 from pathlib import Path
 
-LAUNCH_CONFIG = "launch.json"
-OUTPUT_LOG = "output.log"
-STARTED_FILE = "started.json"
-EXIT_FILE = "exit.json"
-LAUNCHER_LOG = "launcher.log"
-LAUNCHER_FILE = "launcher.json"  # written by the backend: the launcher's pid and start time
-HEARTBEAT_FILE = "heartbeat"  # its modification time is the launcher's last beat
-HEARTBEAT_INTERVAL = 1.0
-# Several missed beats, so a busy machine or a slow shared file system is not taken for a
-# dead replica; still well within the 10 s in which a lost replica must be noticed.
-HEARTBEAT_TIMEOUT = 5.0
-CODE_DIRECTORY = "code"
+from mlyard.runtime.launch_config import (
+    CODE_DIRECTORY,
+    EXIT_FILE,
+    HEARTBEAT_FILE,
+    HEARTBEAT_INTERVAL,
+    OUTPUT_LOG,
+    STARTED_FILE,
+    LaunchConfig,
+    OsAccount,
+    read_launch_config,
+    write_json_atomically,
+)
+
 COMMAND_NOT_FOUND = 127
 COMMAND_NOT_EXECUTABLE = 126
 _PR_SET_CHILD_SUBREAPER = 36
@@ -52,37 +52,24 @@ _PIPE_SIZE = 1024 * 1024
 _COPY_DRAIN_TIMEOUT = 10.0
 
 
-def write_json_atomically(path: Path, payload: dict) -> None:
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    temporary.write_text(json.dumps(payload))
-    os.replace(temporary, path)
-
-
-def read_json(path: Path) -> dict | None:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-
-
 # What a replica of another account inherits from the server's environment: nothing that
 # could carry the server's secrets (MLYARD_DATABASE_URL, credentials of its own).
 _INHERITED = ("PATH", "LANG", "LANGUAGE", "TZ", "TERM", "TMPDIR")
 
 
-def _account_environment(run_as: dict) -> dict[str, str]:
+def _account_environment(run_as: OsAccount) -> dict[str, str]:
     environment = {key: value for key, value in os.environ.items()
                    if key in _INHERITED or key.startswith("LC_")}
     environment.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
-    environment.update(HOME=run_as["home"], USER=run_as["name"], LOGNAME=run_as["name"], SHELL="/bin/sh")
+    environment.update(HOME=str(run_as.home), USER=run_as.name, LOGNAME=run_as.name, SHELL="/bin/sh")
     return environment
 
 
-def _identity(run_as: dict | None) -> dict:
+def _identity(run_as: OsAccount | None) -> dict:
     """Popen's arguments that run the command as the job's account, with no other groups."""
-    if not run_as:
+    if run_as is None:
         return {}
-    return {"user": run_as["uid"], "group": run_as["gid"], "extra_groups": []}
+    return {"user": run_as.uid, "group": run_as.gid, "extra_groups": []}
 
 
 def _give_tree(directory: Path, uid: int, gid: int) -> None:
@@ -223,7 +210,7 @@ def _open_pipe() -> tuple[int, int]:
 class Launcher:
     def __init__(self, directory: Path):
         self.directory = directory
-        self.config = json.loads((directory / LAUNCH_CONFIG).read_text())
+        self.config: LaunchConfig = read_launch_config(directory)
         self.child: subprocess.Popen | None = None
         self.terminating_signal: int | None = None
         self.cgroup: Path | None = None
@@ -262,7 +249,7 @@ class Launcher:
             signal_number, exit_code = -exit_code, 128 - exit_code
         outcome = {"exit_code": exit_code, "signal": signal_number, "finished_at": time.time()}
         if self.oom_killed and signal_number == signal.SIGKILL:
-            outcome["reason"] = (f"out of memory: killed at its {format_bytes(self.config['memory_bytes'])} "
+            outcome["reason"] = (f"out of memory: killed at its {format_bytes(self.config.memory_bytes or 0)} "
                                  "memory limit")
         write_json_atomically(self.directory / EXIT_FILE, outcome)
         self.heartbeat.stop()
@@ -270,33 +257,33 @@ class Launcher:
 
     def _run_command(self) -> int:
         config = self.config
-        if config.get("cpu_ids"):
-            os.sched_setaffinity(0, config["cpu_ids"])
-        if config.get("memory_cgroup_parent"):
-            self._join_memory_cgroup(Path(config["memory_cgroup_parent"]), config["cgroup_name"], config["memory_bytes"])
+        if config.cpu_ids:
+            os.sched_setaffinity(0, config.cpu_ids)
+        if config.memory_cgroup_parent:
+            self._join_memory_cgroup(config.memory_cgroup_parent, config.cgroup_name or "", config.memory_bytes)
         workdir = self.directory / CODE_DIRECTORY
-        if config.get("snapshot"):
+        if config.snapshot:
             from mlyard.storage import extract_snapshot
 
-            extract_snapshot(Path(config["snapshot"]), workdir)
+            extract_snapshot(config.snapshot, workdir)
         else:
             workdir.mkdir(exist_ok=True)
-        run_as = config.get("run_as")
-        if run_as:
-            _give_tree(workdir, run_as["uid"], run_as["gid"])
+        run_as = config.run_as
+        if run_as is not None:
+            _give_tree(workdir, run_as.uid, run_as.gid)
         if self.terminating_signal is not None:
             return -self.terminating_signal
-        environment = _account_environment(run_as) if run_as else dict(os.environ)
-        environment.update(config["env"])
-        if "PATH" not in config["env"] and config.get("prepend_path"):
-            environment["PATH"] = config["prepend_path"] + os.pathsep + environment.get("PATH", "")
-        self.output = CappedLog(self.directory / OUTPUT_LOG, config.get("max_log_bytes") or DEFAULT_MAX_LOG_BYTES)
+        environment = _account_environment(run_as) if run_as is not None else dict(os.environ)
+        environment.update(config.env)
+        if "PATH" not in config.env and config.prepend_path:
+            environment["PATH"] = config.prepend_path + os.pathsep + environment.get("PATH", "")
+        self.output = CappedLog(self.directory / OUTPUT_LOG, config.max_log_bytes or DEFAULT_MAX_LOG_BYTES)
         # A pipe rather than the file itself, so the launcher can stop the log growing without
         # stopping the command.
         read_end, write_end = _open_pipe()
         try:
             self.child = subprocess.Popen(
-                config["command"],
+                config.command,
                 cwd=workdir,
                 env=environment,
                 stdin=subprocess.DEVNULL,
@@ -309,7 +296,7 @@ class Launcher:
             )
         except (FileNotFoundError, PermissionError) as error:
             os.close(read_end)
-            self.output.write(f"mlyard: cannot run {config['command'][0]!r}: {error.strerror}\n".encode())
+            self.output.write(f"mlyard: cannot run {config.command[0]!r}: {error.strerror}\n".encode())
             return COMMAND_NOT_FOUND if isinstance(error, FileNotFoundError) else COMMAND_NOT_EXECUTABLE
         except BaseException:
             os.close(read_end)

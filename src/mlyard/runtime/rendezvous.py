@@ -40,8 +40,10 @@ class JobContext:
     token: str
     checkpoint_directory: str
     master_port: int
-    restart_count: int = 0
-    """Attempts before this one (failures and preemptions): a job resumes when it is above 0."""
+    earlier_attempts: int = 0
+    """Every earlier attempt of the job, failures and preemptions alike (MLYARD_RESTART_COUNT);
+    a job resumes when it is above 0. The job's own `restart_count` counts restarts after
+    failures only."""
     tensorboard_directory: str = ""
     """The job's TensorBoard log directory, shared by its attempts; empty: none offered."""
 
@@ -74,7 +76,7 @@ def replica_environments(spec: JobSpec, slots: Sequence[ReplicaSlot], context: J
                 "MLYARD_API": context.api_url,
                 "MLYARD_TOKEN": context.token,
                 "MLYARD_CHECKPOINT_DIR": context.checkpoint_directory,
-                "MLYARD_RESTART_COUNT": str(context.restart_count),
+                "MLYARD_RESTART_COUNT": str(context.earlier_attempts),
                 "RANK": str(slot.rank),
                 "WORLD_SIZE": str(world_size),
                 "LOCAL_RANK": str(local_rank),

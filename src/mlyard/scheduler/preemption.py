@@ -168,7 +168,13 @@ def try_preemption(state: RoundState, job: PendingJob, klass: float, gang: Seque
     if placements is None:
         state.failed_plans.add(memo)
         return False
-    # Reprieve: give back victims (most important first) the job can do without.
+    placements = _reprieve(state, trial, chosen, gang, placements)
+    _commit(state, job, trial, chosen, placements)
+    return True
+
+
+def _reprieve(state: RoundState, trial, chosen: list[Victim], gang: Sequence[ReplicaRequest], placements):
+    """Gives back victims (most important first) the job can do without; the placements after."""
     if 1 < len(chosen) <= 16:
         for victim in list(reversed(chosen[:-1])):
             trial.take_available(victim.release)
@@ -178,6 +184,11 @@ def try_preemption(state: RoundState, job: PendingJob, klass: float, gang: Seque
             else:
                 chosen.remove(victim)
                 placements = again
+    return placements
+
+
+def _commit(state: RoundState, job: PendingJob, trial, chosen: list[Victim], placements) -> None:
+    """The plan holds: the job's placements are reserved in the future view and its victims stop."""
     trial.reserve(placements)
     state.future = trial
     state.future_generation += 1
@@ -202,4 +213,3 @@ def try_preemption(state: RoundState, job: PendingJob, klass: float, gang: Seque
     state.waiting[job.job_id] = (
         f"waiting for {job_list(sorted(v.job.job_id for v in chosen))} to stop (preempted or shrunk for it)"
     )
-    return True

@@ -24,6 +24,7 @@ from mlyard.server.http import body_limit, failures, telemetry
 from mlyard.server.control import job_accounts
 from mlyard.server.http.audit import AuditRecorder
 from mlyard.server.control.controller import Controller
+from mlyard.server.control.supervisor import Supervisor
 from mlyard.server.store.db import Database
 from mlyard.server.control.leadership import Leadership, lease_for
 from mlyard.server.http.login_throttle import LoginThrottle
@@ -81,40 +82,46 @@ async def _infrastructure_error(request: Request, error: Exception) -> JSONRespo
     return await _mlyard_error(request, translated)
 
 
+def _open(settings: ServerSettings, backend: Backend | None) -> tuple[Database, BlobStore, Backend]:
+    """The database (migrated, with its admin), the blob store and the backend (`backend`, or
+    the one the settings choose)."""
+    from mlyard.backends.local.processes import LocalBackend
+
+    job_users, job_users_note = None, None
+    if backend is None and settings.backend == "local":
+        job_users, job_users_note = job_accounts.prepare(settings)
+    else:
+        settings.paths.home.mkdir(parents=True, exist_ok=True)
+    database = Database.open(settings.effective_database_url)
+    auth.ensure_admin(database, settings.paths.admin_token)
+    blobs = BlobStore(settings.paths.blobs)
+    if backend is not None:
+        return database, blobs, backend
+    if settings.backend == "kubernetes":
+        from mlyard.backends.kubernetes import KubernetesSettings, create_backend
+
+        return database, blobs, create_backend(KubernetesSettings.from_environment(),
+                                               max_log_bytes=settings.max_log_bytes)
+    from mlyard.backends.local.containers import container_replicas
+
+    return database, blobs, LocalBackend(
+        cpus=settings.node_cpus, memory_bytes=settings.node_memory, max_log_bytes=settings.max_log_bytes,
+        job_accounts=job_users, notes=(job_users_note,) if job_users_note else (),
+        containers=container_replicas(settings.runtime, settings.container_socket, max_log_bytes=settings.max_log_bytes))
+
+
 def create_app(settings: ServerSettings, *, backend: Backend | None = None) -> FastAPI:
     """The server's application; the lifespan migrates the database and runs the controller
     while this server leads the servers sharing its database (`leadership.py`)."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        from mlyard.backends.local.processes import LocalBackend
-
-        job_users, job_users_note = None, None
-        if backend is None and settings.backend == "local":
-            job_users, job_users_note = job_accounts.prepare(settings)
-        else:
-            settings.paths.home.mkdir(parents=True, exist_ok=True)
-        database = Database.open(settings.effective_database_url)
-        auth.ensure_admin(database, settings.paths.admin_token)
-        blobs = BlobStore(settings.paths.blobs)
-        if backend is not None:
-            chosen = backend
-        elif settings.backend == "kubernetes":
-            from mlyard.backends.kubernetes import KubernetesSettings, create_backend
-
-            chosen = create_backend(KubernetesSettings.from_environment(), max_log_bytes=settings.max_log_bytes)
-        else:
-            from mlyard.backends.local.containers import container_replicas
-
-            chosen = LocalBackend(cpus=settings.node_cpus, memory_bytes=settings.node_memory,
-                                  max_log_bytes=settings.max_log_bytes, job_users=job_users,
-                                  notes=(job_users_note,) if job_users_note else (),
-                                  containers=container_replicas(settings.runtime, settings.container_socket,
-                                                                max_log_bytes=settings.max_log_bytes))
-        # A controller stops for good, so each time this server becomes the leader gets a new one.
-        leadership = Leadership(lease_for(database.url), lambda: Controller(
+        database, blobs, chosen = _open(settings, backend)
+        # A controller stops for good, so each time this server becomes the leader gets a new one
+        # (with the workers that follow leadership: `control/supervisor.py`).
+        leadership = Leadership(lease_for(database.url), lambda: Supervisor(Controller(
             database=database, backend=chosen, settings=settings, blobs=blobs,
-            observe_cycle=app.state.telemetry.observe_scheduler_cycle))
+            observe_cycle=app.state.telemetry.observe_scheduler_cycle), backend=chosen, settings=settings))
         # Routers only wake the controller: leadership forwards that while leading.
         app.state.database, app.state.blobs, app.state.controller = database, blobs, leadership
         app.state.settings, app.state.leadership = settings, leadership

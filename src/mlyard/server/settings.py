@@ -107,7 +107,7 @@ class ServerSettings:
     """Audit events older than this are deleted (MLYARD_AUDIT_RETENTION); 0: kept forever."""
     job_users: str = "auto"
     """Whose OS account replicas run under (MLYARD_JOB_USERS): `per-user`, `off` or `auto`
-    (`backends/job_users.py`)."""
+    (`backends/local/job_accounts.py`)."""
     job_user_prefix: str = DEFAULT_JOB_USER_PREFIX
     """The OS accounts of mlyard users are named this plus the user name (MLYARD_JOB_USER_PREFIX)."""
     backend: str = "local"

@@ -241,18 +241,7 @@ def pack_directory(
             f"{format_megabytes(max_bytes)} snapshot limit; list large files in "
             f"{IGNORE_FILE_NAME} (or .gitignore) or raise the limit"
         )
-    links = {
-        member.relative.as_posix(): member.link_target
-        for member in planned
-        if member.link_target is not None
-    }
-    check_symlinks(
-        links,
-        lambda name, target, reason: (
-            f"the symlink {name!r} -> {target!r} in {directory} {reason}; list it in "
-            f"{IGNORE_FILE_NAME} or replace it with the files it points to"
-        ),
-    )
+    _check_links(directory, planned)
 
     done = 0
 
@@ -290,6 +279,21 @@ def pack_directory(
         size=writer.size,
         file_count=len(planned),
         content_bytes=total,
+    )
+
+
+def _check_links(directory: Path, planned: list[_PlannedMember]) -> None:
+    links = {
+        member.relative.as_posix(): member.link_target
+        for member in planned
+        if member.link_target is not None
+    }
+    check_symlinks(
+        links,
+        lambda name, target, reason: (
+            f"the symlink {name!r} -> {target!r} in {directory} {reason}; list it in "
+            f"{IGNORE_FILE_NAME} or replace it with the files it points to"
+        ),
     )
 
 

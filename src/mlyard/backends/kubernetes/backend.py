@@ -29,7 +29,6 @@ from mlyard.backends.base import (
     AttemptLaunch,
     Backend,
     NodeDescription,
-    ReplicaHandle,
     ReplicaObservation,
     ReplicaRef,
 )
@@ -39,7 +38,7 @@ from mlyard.backends.kubernetes.settings import KubernetesSettings
 from mlyard.backends.kubernetes.status import observe_pod, parse_time
 from mlyard.backends.kubernetes.watcher import PodCache, PodWatcher
 from mlyard.errors import MlyardError
-from mlyard.runtime.launcher import EXIT_FILE, read_json
+from mlyard.runtime.launch_config import EXIT_FILE, read_json
 
 log = logging.getLogger("mlyard.backends.kubernetes")
 
@@ -109,7 +108,7 @@ class KubernetesBackend(Backend):
         to the Service, which need the uid the API gives it."""
         return render_attempt(launch, self.settings)
 
-    def launch(self, launch: AttemptLaunch) -> list[ReplicaHandle]:
+    def launch(self, launch: AttemptLaunch) -> list[ReplicaRef]:
         service, *_ = render_attempt(launch, self.settings)
         created_service = self._create("service", service)
         uid = created_service["metadata"]["uid"]
@@ -127,7 +126,8 @@ class KubernetesBackend(Backend):
                 self._delete_pod(pod_name, grace=0)
             self._delete("service", service["metadata"]["name"])
             raise
-        return [ReplicaHandle(replica_id=replica.replica_id, pid=None, pid_started_at=None)
+        return [ReplicaRef(replica_id=replica.replica_id, node=replica.node, directory=replica.directory,
+                           pid=None, pid_started_at=None)
                 for replica in launch.replicas]
 
     def observe(self, replicas: Sequence[ReplicaRef]) -> dict[int, ReplicaObservation]:

@@ -23,7 +23,8 @@ import threading
 import time
 from pathlib import Path
 
-from mlyard.runtime.launcher import EXIT_FILE, LAUNCH_CONFIG, OUTPUT_LOG, Launcher, read_json
+from mlyard.runtime.launch_config import EXIT_FILE, OUTPUT_LOG, LaunchConfig, read_json, write_launch_config
+from mlyard.runtime.launcher import Launcher
 
 PEER_WAIT_SECONDS = 300.0
 _FOLLOW_INTERVAL = 0.5
@@ -100,18 +101,9 @@ def prepare(directory: Path, command: list[str], snapshot: Path | None, max_log_
         # Left by a database that was reset: its files must not speak for this replica.
         directory.rename(directory.with_name(f"{directory.name}.stale-{time.time_ns()}"))
     directory.mkdir(parents=True, exist_ok=True)
-    config = {
-        "command": command,
-        "env": {},  # the pod's environment is the replica's
-        "snapshot": str(snapshot) if snapshot else None,
-        "cpu_ids": [],  # the kubelet's CPU manager places the container
-        "memory_bytes": None,
-        "memory_cgroup_parent": None,
-        "max_log_bytes": max_log_bytes,
-    }
-    descriptor = os.open(directory / LAUNCH_CONFIG, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(descriptor, "w") as handle:
-        json.dump(config, handle)
+    # No variables of its own (the pod's environment is the replica's), no CPU pinning (the
+    # kubelet's CPU manager places the container) and no memory cgroup (the pod's limit is it).
+    write_launch_config(directory, LaunchConfig(command=tuple(command), snapshot=snapshot, max_log_bytes=max_log_bytes))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,11 +1,12 @@
 """Separate OS accounts for the jobs of different mlyard users on one machine.
 
 When the server runs as root, each mlyard user's replicas run under an OS account of their
-own (`mlyard-alice`), created on first use with `useradd`. The job's code, checkpoint and
-TensorBoard directories belong to that account with mode 0700, so another user's job cannot
-read them, and the server's own files (database, admin token, snapshots, launch configs with
-job tokens, logs) stay root's with mode 0600/0700. The directories above them are 0711: an
-account can pass through to its own directories without listing anyone else's.
+own (`mlyard-alice`), created with `useradd` when a job of theirs is first launched (never by
+`dryrun`, which only names it). The job's code, checkpoint and TensorBoard directories belong
+to that account with mode 0700, so another user's job cannot read them, and the server's own
+files (database, admin token, snapshots, launch configs with job tokens, logs) stay root's
+with mode 0600/0700. The directories above them are 0711: an account can pass through to its
+own directories without listing anyone else's.
 
 `MLYARD_JOB_USERS` chooses: `per-user` (required; the server refuses to start if it cannot
 keep the promise), `off` (every job runs as the server's user; the server's files stay
@@ -23,10 +24,10 @@ import stat
 import subprocess
 import threading
 from collections.abc import Iterable
-from dataclasses import dataclass
 from pathlib import Path
 
 from mlyard.errors import MlyardError
+from mlyard.runtime.launch_config import OsAccount
 
 MODES = ("auto", "per-user", "off")
 DEFAULT_PREFIX = "mlyard-"
@@ -37,20 +38,9 @@ _COMMENT = "mlyard user {name}"
 UNOWNED = "admin"
 
 
-class JobUsersError(MlyardError):
+class JobAccountsError(MlyardError):
     http_status = 500
     code = "job_users"
-
-
-@dataclass(frozen=True)
-class OsAccount:
-    name: str
-    uid: int
-    gid: int
-    home: Path
-
-    def as_config(self) -> dict[str, object]:
-        return {"name": self.name, "uid": self.uid, "gid": self.gid, "home": str(self.home)}
 
 
 def os_account_name(user_name: str, prefix: str = DEFAULT_PREFIX) -> str:
@@ -63,8 +53,9 @@ def os_account_name(user_name: str, prefix: str = DEFAULT_PREFIX) -> str:
     return f"{prefix}h{digest}"[:_MAX_OS_NAME]
 
 
-class JobUsers:
-    """Maps mlyard users to OS accounts, creating them on first use. Thread-safe."""
+class JobAccounts:
+    """Maps mlyard users to OS accounts: `name_for` only names one, `account_for` creates it
+    on first use. Thread-safe."""
 
     def __init__(self, homes: Path, prefix: str = DEFAULT_PREFIX):
         self.homes = homes
@@ -72,7 +63,12 @@ class JobUsers:
         self._accounts: dict[str, OsAccount] = {}
         self._lock = threading.Lock()
 
+    def name_for(self, user_name: str | None) -> str:
+        """The OS account `account_for` gives `user_name`, without looking it up or creating it."""
+        return os_account_name(user_name or UNOWNED, self.prefix)
+
     def account_for(self, user_name: str | None) -> OsAccount:
+        """The user's OS account, created (with its home) if it does not exist yet."""
         user_name = user_name or UNOWNED
         with self._lock:
             account = self._accounts.get(user_name)
@@ -82,7 +78,7 @@ class JobUsers:
             return account
 
     def _ensure(self, user_name: str) -> OsAccount:
-        name = os_account_name(user_name, self.prefix)
+        name = self.name_for(user_name)
         comment = _COMMENT.format(name=user_name)
         home = self.homes / name
         try:
@@ -95,12 +91,12 @@ class JobUsers:
                  "--shell", "/usr/sbin/nologin", "--comment", comment, name],
                 capture_output=True, text=True, check=False)
             if completed.returncode != 0 and completed.returncode != 9:  # 9: created meanwhile
-                raise JobUsersError(f"could not create the OS account {name!r} for user {user_name!r}: "
+                raise JobAccountsError(f"could not create the OS account {name!r} for user {user_name!r}: "
                                     f"{completed.stderr.strip() or completed.returncode}")
             entry = pwd.getpwnam(name)
         elif entry.pw_gecos != comment:
             # Never run jobs as an account someone else made: it may be a person's own.
-            raise JobUsersError(f"the OS account {name!r} exists but was not created for mlyard user "
+            raise JobAccountsError(f"the OS account {name!r} exists but was not created for mlyard user "
                                 f"{user_name!r} (its comment is {entry.pw_gecos!r}); remove it or set "
                                 "MLYARD_JOB_USER_PREFIX")
         account = OsAccount(name=name, uid=entry.pw_uid, gid=entry.pw_gid, home=home)
@@ -145,7 +141,7 @@ def _runnable_by_others(executable: str) -> bool:
 
 
 def resolve(mode: str, home: Path, *, prefix: str = DEFAULT_PREFIX,
-            python: str | None = None) -> tuple[JobUsers | None, str | None]:
+            python: str | None = None) -> tuple[JobAccounts | None, str | None]:
     """The job accounts to use under `mode`, and a note on what jobs run as when that is not
     separate accounts. `per-user` raises what stops it; `auto` falls back with the reason."""
     if mode == "off":
@@ -162,7 +158,7 @@ def resolve(mode: str, home: Path, *, prefix: str = DEFAULT_PREFIX,
     if mode == "per-user":
         if problems:
             raise MlyardError(f"MLYARD_JOB_USERS=per-user cannot work: {'; '.join(problems)}")
-        return JobUsers(home / "homes", prefix), None
+        return JobAccounts(home / "homes", prefix), None
     if python is not None and not _runnable_by_others(python):
         problems.append(f"the server's Python {python} cannot be run by other accounts")
     if problems:
@@ -170,4 +166,4 @@ def resolve(mode: str, home: Path, *, prefix: str = DEFAULT_PREFIX,
             return None, None  # one unprivileged account: there is nothing to separate jobs into
         return None, (f"jobs of every user run as root: {'; '.join(problems)} "
                       "(MLYARD_JOB_USERS=per-user makes this an error)")
-    return JobUsers(home / "homes", prefix), None
+    return JobAccounts(home / "homes", prefix), None

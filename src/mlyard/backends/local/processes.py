@@ -2,18 +2,18 @@
 
 Each replica is `python -m mlyard.runtime.launcher DIR` in a session of its own, started with the
 Python that runs the server (so `python` in a job is the server's environment unless the job
-sets PATH). The launcher's pid and start time identify the replica; the files it writes
-(`started.json`, `exit.json`, `heartbeat`) say how it is doing, so a restarted server can
-observe replicas it did not start.
+sets PATH), on the `launch.json` written into DIR. The launcher's pid and start time identify
+the replica; the files it writes (`started.json`, `exit.json`, `heartbeat`) say how it is
+doing, so a restarted server can observe replicas it did not start, those of an earlier
+version (`python -m mlyard.launcher DIR`) included.
 
 A replica of a job that names an `image` runs in a container of the local engine instead
-(`backends/containers/`), when the server's runtime allows it; its directory holds the same
-status files, so everything above the backend treats both alike.
+(`containers/`), when the server's runtime allows it; its directory holds the same status
+files, so everything above the backend treats both alike.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import signal
@@ -23,6 +23,7 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -35,30 +36,31 @@ from mlyard.backends.base import (
     Backend,
     GpuDescription,
     NodeDescription,
-    ReplicaHandle,
     ReplicaLaunch,
     ReplicaObservation,
     ReplicaRef,
-    handle_reference,
 )
 from mlyard.backends.local.containers import ContainerReplicas, is_container_replica
 from mlyard.backends.local.containers.create_options import ContainerIdentity
+from mlyard.backends.local.containers.replicas import ContainerPlan
 from mlyard.backends.local.gpus import local_gpus
-from mlyard.backends.local.job_accounts import JobUsers, OsAccount, make_passable
+from mlyard.backends.local.job_accounts import JobAccounts, make_passable
 from mlyard.errors import MlyardError
-from mlyard.runtime.launcher import (
-    DEFAULT_MAX_LOG_BYTES,
+from mlyard.runtime.launch_config import (
     EXIT_FILE,
     HEARTBEAT_FILE,
     HEARTBEAT_INTERVAL,
     HEARTBEAT_TIMEOUT,
-    LAUNCH_CONFIG,
     LAUNCHER_FILE,
     LAUNCHER_LOG,
     STARTED_FILE,
+    LaunchConfig,
+    OsAccount,
     read_json,
     write_json_atomically,
+    write_launch_config,
 )
+from mlyard.runtime.launcher import DEFAULT_MAX_LOG_BYTES
 
 log = logging.getLogger(__name__)
 NODE_ADDRESS = "127.0.0.1"
@@ -67,10 +69,33 @@ NODE_ADDRESS = "127.0.0.1"
 # command line check below is what tells a reused pid apart.
 START_TIME_TOLERANCE = 1.0
 LAUNCHER_MODULE = "mlyard.runtime.launcher"
+# The launcher's module in earlier versions: their replicas are adopted after an upgrade too.
+EARLIER_LAUNCHER_MODULES = ("mlyard.launcher",)
 # started.json is written just after the command's process is created.
 ORPHAN_START_TOLERANCE = 2.0
 # `containers=FROM_ENVIRONMENT`: the container runtime MLYARD_RUNTIME and MLYARD_CONTAINER_SOCKET ask for.
 FROM_ENVIRONMENT: Any = object()
+
+
+def is_launcher_of(command_line: Sequence[str], directory: Path) -> bool:
+    """Whether a process's command line is a launcher's (of this version or an earlier one)
+    on `directory`."""
+    words = set(command_line)
+    return str(directory) in words and any(module in words for module in (LAUNCHER_MODULE, *EARLIER_LAUNCHER_MODULES))
+
+
+@dataclass(frozen=True)
+class ProcessPlan:
+    """What launching one replica as a process does: the launcher's arguments and its
+    `launch.json`."""
+
+    replica: ReplicaLaunch
+    argv: tuple[str, ...]
+    config: LaunchConfig
+
+    def as_data(self) -> dict[str, Any]:
+        return {"replica": self.replica.name, "argv": list(self.argv), "start_new_session": True,
+                "config": self.config.as_data()}
 
 
 class LocalBackend(Backend):
@@ -79,7 +104,7 @@ class LocalBackend(Backend):
 
     def __init__(self, *, cpus: int | None = None, memory_bytes: int | None = None,
                  gpus: tuple[GpuDescription, ...] | None = None, max_log_bytes: int = DEFAULT_MAX_LOG_BYTES,
-                 job_users: JobUsers | None = None, notes: tuple[str, ...] = (),
+                 job_accounts: JobAccounts | None = None, notes: tuple[str, ...] = (),
                  containers: ContainerReplicas | None = FROM_ENVIRONMENT):
         available = sorted(os.sched_getaffinity(0))
         if cpus is not None and not 1 <= cpus <= len(available):
@@ -92,7 +117,7 @@ class LocalBackend(Backend):
         self.notes = ((memory_note,) if memory_note else ()) + tuple(notes)
         self._children: dict[int, subprocess.Popen] = {}
         self.max_log_bytes = max_log_bytes
-        self.job_users = job_users
+        self.job_accounts = job_accounts
         if containers is FROM_ENVIRONMENT:
             containers = container_runtime.from_environment(max_log_bytes)
         self.containers: ContainerReplicas | None = containers
@@ -152,62 +177,71 @@ class LocalBackend(Backend):
             for candidate in sockets:
                 candidate.close()
 
-    def _config(self, replica: ReplicaLaunch, launch: AttemptLaunch, account: OsAccount | None) -> dict[str, Any]:
-        return {
-            "run_as": account.as_config() if account is not None else None,
-            "command": list(replica.command),
-            "env": dict(replica.env),
-            "snapshot": str(replica.snapshot) if replica.snapshot else None,
-            "cpu_ids": list(replica.cpu_ids),
-            "memory_bytes": replica.memory_bytes,
-            "memory_cgroup_parent": str(self.memory_parent) if self.memory_parent else None,
-            "cgroup_name": cgroup_name(launch.job_id, launch.attempt, replica.name),
-            "prepend_path": str(Path(sys.executable).parent),
-            "max_log_bytes": self.max_log_bytes,
-        }
+    def _process_plan(self, replica: ReplicaLaunch, launch: AttemptLaunch, account: OsAccount | None) -> ProcessPlan:
+        config = LaunchConfig(
+            command=replica.command,
+            env=dict(replica.env),
+            snapshot=replica.snapshot,
+            cpu_ids=replica.cpu_ids,
+            memory_bytes=replica.memory_bytes,
+            memory_cgroup_parent=self.memory_parent,
+            cgroup_name=cgroup_name(launch.job_id, launch.attempt, replica.name),
+            prepend_path=str(Path(sys.executable).parent),
+            max_log_bytes=self.max_log_bytes,
+            run_as=account,
+        )
+        return ProcessPlan(replica=replica, argv=(sys.executable, "-m", LAUNCHER_MODULE, str(replica.directory)),
+                           config=config)
 
-    def _account(self, launch: AttemptLaunch) -> OsAccount | None:
-        return self.job_users.account_for(launch.owner) if self.job_users is not None else None
-
-    def dryrun(self, launch: AttemptLaunch) -> list[dict[str, Any]]:
-        account = self._account(launch)
-        plans = []
+    def _plans(self, launch: AttemptLaunch, account: OsAccount | None) -> list[ProcessPlan | ContainerPlan]:
+        """One plan per replica, run as `account`; pure."""
+        plans: list[ProcessPlan | ContainerPlan] = []
         for replica in launch.replicas:
             if self._in_container(replica):
                 assert self.containers is not None
-                plans.append(self.containers.plan(replica, launch, self._container_identity(account)).as_data())
-                continue
-            plans.append({
-                "replica": replica.name,
-                "argv": [sys.executable, "-m", "mlyard.runtime.launcher", str(replica.directory)],
-                "start_new_session": True,
-                "config": self._config(replica, launch, account),
-            })
+                plans.append(self.containers.plan(replica, launch, self._container_identity(account)))
+            else:
+                plans.append(self._process_plan(replica, launch, account))
         return plans
 
-    def launch(self, launch: AttemptLaunch) -> list[ReplicaHandle]:
-        handles: list[ReplicaHandle] = []
-        plans = self.dryrun(launch)
-        account = self._account(launch)
+    def dryrun(self, launch: AttemptLaunch) -> list[dict[str, Any]]:
+        """As `Backend.dryrun`. Each plan names the OS account its replica runs as (`account`;
+        None: the server's). That account is created, if need be, by `launch`, which only then
+        knows its uid and gid: they fill the config's `run_as` and a container's `user`, which
+        here name the account alone."""
+        account_name = self.job_accounts.name_for(launch.owner) if self.job_accounts is not None else None
+        rendered = []
+        for plan in self._plans(launch, account=None):
+            data = plan.as_data()
+            if account_name is not None and isinstance(plan, ContainerPlan):
+                data["container"] = {**data["container"], "user": account_name}
+            rendered.append({**data, "account": account_name})
+        return rendered
+
+    def launch(self, launch: AttemptLaunch) -> list[ReplicaRef]:
+        for replica in launch.replicas:
+            self._in_container(replica)  # what cannot run here is refused before anything changes
+        account = self.job_accounts.account_for(launch.owner) if self.job_accounts is not None else None
         if account is not None:
-            JobUsers.give(account, launch.private_directories)
-        container_plans = {replica.replica_id: self.containers.plan(replica, launch, self._container_identity(account))
-                           for replica in launch.replicas if self.containers is not None and self._in_container(replica)}
+            JobAccounts.give(account, launch.private_directories)
+        plans = self._plans(launch, account)
+        container_plans = [plan for plan in plans if isinstance(plan, ContainerPlan)]
         if container_plans and account is None:
             assert self.containers is not None
-            self.containers.give_private_directories(launch, next(iter(container_plans.values())).identity)
+            self.containers.give_private_directories(launch, container_plans[0].identity)
+        references: list[ReplicaRef] = []
         try:
-            for replica, plan in zip(launch.replicas, plans, strict=True):
-                if replica.replica_id in container_plans:
+            for plan in plans:
+                if isinstance(plan, ContainerPlan):
                     assert self.containers is not None
-                    self._prepare_directory(replica)
-                    handles.append(self.containers.start(container_plans[replica.replica_id]))
+                    self._prepare_directory(plan.replica)
+                    references.append(self.containers.start(plan))
                 else:
-                    handles.append(self._start(replica, plan))
+                    references.append(self._start(plan))
         except Exception:
-            self._stop_present([handle_reference(handle, launch) for handle in handles], force=True)
+            self._stop_present(references, force=True)
             raise
-        return handles
+        return references
 
     @staticmethod
     def _prepare_directory(replica: ReplicaLaunch) -> None:
@@ -216,19 +250,16 @@ class LocalBackend(Backend):
             replica.directory.rename(replica.directory.with_name(f"{replica.directory.name}.stale-{time.time_ns()}"))
         replica.directory.mkdir(parents=True)
 
-    def _start(self, replica: ReplicaLaunch, plan: dict[str, Any]) -> ReplicaHandle:
+    def _start(self, plan: ProcessPlan) -> ReplicaRef:
+        replica = plan.replica
         self._prepare_directory(replica)
-        if plan["config"]["run_as"] is not None:
+        if plan.config.run_as is not None:
             # The account reaches its code directory (made its own by the launcher) through these.
             make_passable([replica.directory.parent.parent, replica.directory.parent, replica.directory])
-        config_path = replica.directory / LAUNCH_CONFIG
-        # The config holds the job's API token: readable by the owner only.
-        descriptor = os.open(config_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(descriptor, "w") as handle:
-            json.dump(plan["config"], handle)
+        write_launch_config(replica.directory, plan.config)  # it holds the job's API token: 0600
         with open(replica.directory / LAUNCHER_LOG, "ab") as launcher_log:
             process = subprocess.Popen(
-                plan["argv"],
+                list(plan.argv),
                 stdin=subprocess.DEVNULL,
                 stdout=launcher_log,
                 stderr=subprocess.STDOUT,
@@ -246,7 +277,8 @@ class LocalBackend(Backend):
         # (by an older server) is judged by its pid alone.
         write_json_atomically(replica.directory / LAUNCHER_FILE,
                               {"pid": process.pid, "started_at": started_at, "heartbeat_interval": HEARTBEAT_INTERVAL})
-        return ReplicaHandle(replica_id=replica.replica_id, pid=process.pid, pid_started_at=started_at)
+        return ReplicaRef(replica_id=replica.replica_id, node=replica.node, directory=replica.directory,
+                          pid=process.pid, pid_started_at=started_at)
 
     def _watch(self, process: subprocess.Popen) -> None:
         process.wait()
@@ -279,7 +311,7 @@ class LocalBackend(Backend):
             if ref.pid_started_at is not None and abs(process.create_time() - ref.pid_started_at) > START_TIME_TOLERANCE:
                 return False
             # A process is this replica's launcher only if it runs the launcher on this directory.
-            if not {LAUNCHER_MODULE, str(ref.directory)} <= set(process.cmdline()):
+            if not is_launcher_of(process.cmdline(), ref.directory):
                 return False
             return process.status() != psutil.STATUS_ZOMBIE
         except (psutil.NoSuchProcess, psutil.AccessDenied):

@@ -1,20 +1,17 @@
-"""Attempts as the controller reads and ends them: which ones hold resources, which jobs may
-be started, the locks a pass takes, and the bookkeeping when an attempt ends."""
+"""Attempts as the controller reads them: which ones hold resources, which jobs may be
+started, the locks a pass takes. Ending an attempt is `lifecycle.py`'s."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from sqlalchemy import ColumnElement, and_, or_, select
-from sqlalchemy.orm import Session, selectinload
+from sqlalchemy.orm import Session, defer, selectinload
 
 from mlyard.backends.base import ReplicaRef
 from mlyard.scheduler import StartJob
-from mlyard.server.control.scheduler_input import attempt_run_time, service_rate
 from mlyard.server.store.rows import AttemptRow, JobRow, ReplicaRow
 from mlyard.spec import JobSpec, JobStatus
-
-GONE = ("exited", "lost")
 
 
 def replica_reference(replica: ReplicaRow) -> ReplicaRef:
@@ -36,26 +33,10 @@ def start_text(decision: StartJob, spec: JobSpec) -> str:
     return f"{decision.reason}; {placed}" if decision.reason else placed
 
 
-def end_attempt(attempt: AttemptRow, now: float) -> None:
-    """Marks the attempt finished and adds what it consumed to its job's attained service."""
-    attempt.finished_at = now
-    run_time = attempt_run_time(attempt, now)
-    job = attempt.job
-    job.attained_time = (job.attained_time or 0.0) + run_time
-    job.attained_service = (job.attained_service or 0.0) + service_rate(attempt.replicas) * run_time
 
 
-def request_stop(attempt: AttemptRow, outcome: JobStatus, reason: str, now: float, *, grace: float) -> None:
-    """Asks the controller to stop the attempt: it sends SIGTERM on its next pass, SIGKILL after
-    `grace`, and gives the job `outcome` once no replica is left."""
-    attempt.stop_requested_at = now
-    attempt.stop_deadline = now + grace
-    attempt.stop_outcome = outcome.value
-    attempt.stop_reason = reason
 
 
-def scheduler_stop_unsignalled(attempt: AttemptRow) -> bool:
-    return attempt.stop_outcome == JobStatus.PREEMPTED.value and attempt.stop_signalled_at is None
 
 
 def schedulable(now: float) -> ColumnElement[bool]:
@@ -74,11 +55,14 @@ def lock_jobs(session: Session, job_ids: set[int]) -> None:
 
 
 def holding_attempts(session: Session) -> list[AttemptRow]:
+    """Every attempt that may hold resources, with its replicas and job (whose spec is left out:
+    ask `Database.specs`)."""
     return list(
         session.scalars(
             select(AttemptRow)
             .where(AttemptRow.finished_at.is_(None))
-            .options(selectinload(AttemptRow.replicas), selectinload(AttemptRow.job).selectinload(JobRow.owner))
+            .options(selectinload(AttemptRow.replicas),
+                     selectinload(AttemptRow.job).options(defer(JobRow.spec), selectinload(JobRow.owner)))
             .order_by(AttemptRow.id)
         )
     )

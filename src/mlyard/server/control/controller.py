@@ -22,38 +22,22 @@ cancellation still changes the outcome.
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from sqlalchemy import func, select
-from sqlalchemy.orm import Session, selectinload
+from sqlalchemy.orm import Session, defer, selectinload
 
-from mlyard.backends.base import (
-    Backend,
-    ReplicaObservation,
-    ReplicaRef,
-    handle_reference,
-)
+from mlyard.backends.base import Backend, ReplicaObservation, ReplicaRef
 from mlyard.runtime.rendezvous import JobContext, ReplicaSlot, replica_environments
 from mlyard.scheduler import ClusterSnapshot, Decisions, StartJob, decide
 from mlyard.server import auth
 from mlyard.server.control import launches, project_limits
-from mlyard.server.control.attempts import (
-    GONE,
-    end_attempt,
-    holding_attempts,
-    lock_jobs,
-    replica_reference,
-    request_stop,
-    schedulable,
-    scheduler_stop_unsignalled,
-    start_text,
-)
+from mlyard.server.control.attempts import holding_attempts, lock_jobs, replica_reference, schedulable, start_text
+from mlyard.server.control.judge import Action, judge
 from mlyard.server.control.scheduler_input import snapshot as cluster_snapshot
 from mlyard.server.store.db import Database
-from mlyard.server.workers.environment_builds import EnvironmentBuilds, builder_for
 from mlyard.server.store.rows import (
     AttemptRow,
     EnvironmentRow,
@@ -64,17 +48,14 @@ from mlyard.server.store.rows import (
     QueueRow,
     ReplicaRow,
 )
-from mlyard.server.workers.sampling import NodeMonitor
-from mlyard.server.services.jobs import switch_status
 from mlyard.server.services.nodes import record_nodes
+from mlyard.server.loop import Loop
+from mlyard.server.lifecycle import GONE, abandon, finish_stop, preemption_unsignalled, request_stop, succeed, switch_status
 from mlyard.server.settings import ServerSettings
-from mlyard.spec import JobSpec, JobStatus
+from mlyard.spec import JobStatus
 from mlyard.storage import BlobStore
 
 log = logging.getLogger("mlyard.controller")
-
-REQUEUED = "requeued; resumes from its checkpoint"
-
 
 @dataclass(frozen=True)
 class _Stop:
@@ -95,14 +76,10 @@ class Controller:
         self.decide = decide
         self.observe_cycle = observe_cycle
         """Told the policy and the seconds of every scheduling round (`telemetry.py`)."""
-        self._wake = threading.Event()
-        self._stopping = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._loop = Loop("mlyard-controller", self.reconcile_once, retry_seconds=settings.idle_tick_seconds)
         self._next_restart_at: float | None = None
         self.adopted: int | None = None
         """Replicas found running when this controller started; None until it has looked."""
-        self._monitor: NodeMonitor | None = None
-        self._builds: EnvironmentBuilds | None = None
         self._nodes_recorded_at = time.monotonic()
 
     # ----------------------------------------------------------------- lifecycle
@@ -114,14 +91,7 @@ class Controller:
         self._nodes_recorded_at = time.monotonic()
         self._settle_unlaunched_attempts()
         self._adopt()
-        self._thread = threading.Thread(target=self._loop, name="mlyard-controller", daemon=True)
-        self._thread.start()
-        # Sampling follows leadership: the leader's machine runs the local replicas it measures.
-        self._monitor = NodeMonitor.start_for(self.database, self.backend, self.settings)
-        builder = builder_for(self.backend, self.settings.paths)
-        if builder is not None:
-            self._builds = EnvironmentBuilds(self.database, self.settings.paths, builder)
-            self._builds.start()
+        self._loop.start()
 
     def _adopt(self) -> None:
         """Observes the replicas earlier servers left running before anything else happens, so
@@ -135,27 +105,10 @@ class Controller:
             log.info("adopted %d running replicas", self.adopted)
 
     def stop(self) -> None:
-        self._stopping.set()
-        self._wake.set()
-        if self._thread is not None:
-            self._thread.join(timeout=30)
-        if self._monitor is not None:
-            self._monitor.stop()
-        if self._builds is not None:
-            self._builds.stop()
+        self._loop.stop()
 
     def wake(self) -> None:
-        self._wake.set()
-
-    def _loop(self) -> None:
-        while not self._stopping.is_set():
-            try:
-                delay = self.reconcile_once()
-            except Exception:  # a bad pass must not end the loop; the next one retries
-                log.exception("controller pass failed")
-                delay = self.settings.idle_tick_seconds
-            self._wake.wait(timeout=delay)
-            self._wake.clear()
+        self._loop.wake()
 
     # ----------------------------------------------------------------- one pass
     def reconcile_once(self) -> float:
@@ -200,11 +153,11 @@ class Controller:
                     attempt.running_at = now
                     switch_status(session, job, JobStatus.RUNNING, now=now)
                 all_gone = all(r.state in GONE for r in replicas)
-                if attempt.stop_requested_at is None or scheduler_stop_unsignalled(attempt):
-                    self._judge(session, attempt, all_gone, now)
+                if attempt.stop_requested_at is None or preemption_unsignalled(attempt):
+                    self._judge(session, attempt, now)
                 if attempt.finished_at is None and attempt.stop_requested_at is not None:
                     if all_gone:
-                        self._finish_stop(session, attempt, now)
+                        finish_stop(session, attempt, self.database.specs.of(job), now)
                     else:
                         transient = True
                         force = now >= (attempt.stop_deadline or now)
@@ -244,73 +197,24 @@ class Controller:
                 lost.append(replica_reference(replica))
         return lost
 
-    def _judge(self, session: Session, attempt: AttemptRow, all_gone: bool, now: float) -> None:
-        """Decides whether an attempt with no stop in progress must stop, or has succeeded."""
+    def _judge(self, session: Session, attempt: AttemptRow, now: float) -> None:
+        """Carries out the verdict on an attempt with no stop in progress (`judge.py`)."""
         job = attempt.job
-        spec = JobSpec.model_validate(job.spec)
-        failed = next((r for r in attempt.replicas if r.state == "lost" or (r.state == "exited" and r.exit_code != 0)), None)
-        if job.cancel_requested_at is not None:
-            self._request_stop(attempt, JobStatus.CANCELLED, "cancelled by request", now)
-        elif failed is not None:
-            if failed.state == "lost":
-                reason = (f"replica {failed.name} (rank {failed.rank}) was lost: {failed.reason}" if failed.reason
-                          else f"replica {failed.name} (rank {failed.rank}) disappeared without an exit status")
-            else:
-                reason = f"replica {failed.name} (rank {failed.rank}) exited with code {failed.exit_code}"
-                if failed.reason:
-                    reason += f" ({failed.reason})"
-            job.exit_code = failed.exit_code
-            policy = spec.restart_policy
-            restarts = job.restart_count or 0
-            if restarts < policy.max_restarts:
-                # The whole gang stops and starts again: ranks cannot rejoin a broken collective.
-                reason += f"; restart {restarts + 1} of {policy.max_restarts}"
-                self._request_stop(attempt, JobStatus.RESTARTING, reason, now)
-            else:
-                if policy.max_restarts:
-                    reason += f"; no restarts left ({policy.max_restarts} used)"
-                self._request_stop(attempt, JobStatus.FAILED, reason, now)
-        elif spec.max_runtime is not None and now - attempt.launched_at > spec.max_runtime:
-            self._request_stop(attempt, JobStatus.FAILED, f"exceeded its max_runtime of {spec.max_runtime:g}s", now)
-        elif all_gone:
-            end_attempt(attempt, now)
-            job.exit_code = 0
-            switch_status(session, job, JobStatus.SUCCEEDED, now=now)
+        verdict = judge(spec=self.database.specs.of(job), replicas=attempt.replicas,
+                        cancel_requested=job.cancel_requested_at is not None, restarts_so_far=job.restart_count or 0,
+                        launched_at=attempt.launched_at, now=now)
+        if verdict.action is Action.STOP:
+            if verdict.from_failure:
+                job.exit_code = verdict.failed_replica_exit_code
+            self._request_stop(attempt, verdict.outcome, verdict.reason, now)
+        elif verdict.action is Action.SUCCEED:
+            succeed(session, attempt, now)
 
     def _request_stop(self, attempt: AttemptRow, outcome: JobStatus, reason: str, now: float,
                       *, grace: float | None = None) -> None:
         request_stop(attempt, outcome, reason, now,
                      grace=self.settings.stop_grace_seconds if grace is None else grace)
         log.info("job %s attempt %s: stopping (%s)", attempt.job_id, attempt.number, reason)
-
-    @staticmethod
-    def _finish_stop(session: Session, attempt: AttemptRow, now: float) -> None:
-        """No replica of a stopping attempt is left: the job takes the stop's outcome. A
-        preempted job is queued again and a failed one with restarts left waits out its
-        backoff, unless it was cancelled meanwhile (the cancel wins)."""
-        end_attempt(attempt, now)
-        job = attempt.job
-        outcome, reason = JobStatus(attempt.stop_outcome), attempt.stop_reason
-        if outcome in (JobStatus.PREEMPTED, JobStatus.RESTARTING) and job.cancel_requested_at is not None:
-            outcome, reason = JobStatus.CANCELLED, "cancelled by request"
-        if outcome is JobStatus.RESTARTING:
-            delay = JobSpec.model_validate(job.spec).restart_policy.backoff(job.restart_count or 0)
-            job.restart_count = (job.restart_count or 0) + 1
-            job.restart_at = now + delay
-            job.wait_reason = None
-            switch_status(session, job, JobStatus.RESTARTING, message=f"{reason}, after a backoff of {delay:g}s",
-                          now=now)
-            auth.revoke_job_tokens(session, job.id)  # the next attempt gets a token of its own
-            return
-        if outcome is not JobStatus.PREEMPTED:
-            switch_status(session, job, outcome, message=reason, now=now)
-            return
-        switch_status(session, job, JobStatus.PREEMPTED, message=reason, now=now)
-        switch_status(session, job, JobStatus.QUEUED, message=REQUEUED, now=now)
-        job.queued_since = now
-        job.preemption_count = (job.preemption_count or 0) + 1
-        job.wait_reason = None
-        auth.revoke_job_tokens(session, job.id)  # the next attempt gets a token of its own
 
     # ----------------------------------------------------------------- scheduling
     def _schedule(self, now: float) -> bool:
@@ -323,7 +227,7 @@ class Controller:
             queued = session.scalars(
                 select(JobRow)
                 .where(schedulable(now))
-                .options(selectinload(JobRow.owner))
+                .options(defer(JobRow.spec), selectinload(JobRow.owner))
                 .order_by(JobRow.submitted_at, JobRow.id)
             ).all()
             holding = holding_attempts(session)
@@ -333,8 +237,11 @@ class Controller:
             nodes = session.scalars(select(NodeRow)).all()
             addresses = {node.name: node.address for node in nodes}
             projects = {row.name: row for row in session.scalars(select(ProjectRow))}
-            queued, held_back = project_limits.admit(queued, holding, projects)
-            snapshot = cluster_snapshot(nodes, holding, queued, queues=session.scalars(select(QueueRow)).all(),
+            specs = self.database.specs.load(session, [*queued, *(attempt.job for attempt in holding)])
+            self.database.specs.retain(specs)  # the specs of jobs this pass no longer sees are let go
+            queued, held_back = project_limits.admit(queued, holding, projects, specs)
+            snapshot = cluster_snapshot(nodes, holding, queued, specs=specs,
+                                        queues=session.scalars(select(QueueRow)).all(),
                                         config=self.settings.scheduler_config())
         decisions = self.decide(snapshot, now)
         if held_back:
@@ -366,6 +273,7 @@ class Controller:
                 stopped |= self._stop_for_scheduler(session, resize.job_id, reason, now)
             waiting = session.scalars(
                 select(JobRow).where(JobRow.id.in_(list(decisions.waiting)), schedulable(now))
+                .options(defer(JobRow.spec))
             ) if decisions.waiting else ()
             for job in waiting:
                 reason = decisions.waiting[job.id]
@@ -381,7 +289,7 @@ class Controller:
         )
         if attempt is None or attempt.launched_at is None or attempt.stop_requested_at is not None:
             return False
-        grace = JobSpec.model_validate(attempt.job.spec).preemption_grace
+        grace = self.database.specs.of(attempt.job).preemption_grace
         self._request_stop(attempt, JobStatus.PREEMPTED, reason, now, grace=grace)
         return True
 
@@ -393,7 +301,7 @@ class Controller:
             job = session.get(JobRow, decision.job_id, with_for_update=True)
             if job is None or JobStatus(job.status) not in (JobStatus.QUEUED, JobStatus.RESTARTING):
                 return
-            spec = JobSpec.model_validate(job.spec)
+            spec = self.database.specs.of(job)
             built = session.get(EnvironmentRow, spec.environment) if spec.environment else None
             if spec.environment and (built is None or built.status != "ready"):
                 # Removing or rebuilding an environment that unfinished jobs name is refused,
@@ -433,7 +341,7 @@ class Controller:
             tensorboard_directory = self.settings.paths.tensorboard_directory(job.id)
             context = JobContext(job_id=job.id, attempt=attempt.number, api_url=self.settings.replica_api_url,
                                  token=token,
-                                 restart_count=attempt.number - 1,
+                                 earlier_attempts=attempt.number - 1,
                                  checkpoint_directory=str(checkpoint_directory), master_port=master_port,
                                  tensorboard_directory=str(tensorboard_directory))
             environments = replica_environments(spec, slots, context)
@@ -444,7 +352,7 @@ class Controller:
         try:
             checkpoint_directory.mkdir(parents=True, exist_ok=True)
             tensorboard_directory.mkdir(parents=True, exist_ok=True)
-            handles = self.backend.launch(launch)
+            references = self.backend.launch(launch)
         except Exception as error:
             log.exception("job %s: launch failed", decision.job_id)
             self._abandon(attempt_id, f"could not start: {error}")
@@ -453,14 +361,14 @@ class Controller:
             with self.database.transaction() as session:
                 attempt = session.get(AttemptRow, attempt_id)
                 by_id = {replica.id: replica for replica in attempt.replicas}
-                for handle in handles:
-                    by_id[handle.replica_id].pid = handle.pid
-                    by_id[handle.replica_id].pid_started_at = handle.pid_started_at
+                for reference in references:
+                    by_id[reference.replica_id].pid = reference.pid
+                    by_id[reference.replica_id].pid_started_at = reference.pid_started_at
                 attempt.launched_at = time.time()
                 switch_status(session, attempt.job, JobStatus.STARTING, now=attempt.launched_at)
         except Exception as error:  # started but not recorded: nothing may run unaccounted for
             log.exception("job %s: recording the launch failed", decision.job_id)
-            self.backend.stop([handle_reference(handle, launch) for handle in handles], force=True)
+            self.backend.stop(references, force=True)
             self._abandon(attempt_id, f"could not record the start: {error}")
             return
         log.info("job %s attempt %s: launched %d replicas", decision.job_id, launch.attempt, count)
@@ -470,16 +378,7 @@ class Controller:
         with self.database.transaction() as session:
             attempt = session.get(AttemptRow, attempt_id)
             session.get(JobRow, attempt.job_id, with_for_update=True, populate_existing=True)
-            now = time.time()
-            end_attempt(attempt, now)
-            for replica in attempt.replicas:
-                if replica.state not in GONE:
-                    replica.state, replica.finished_at = "lost", now
-            job = attempt.job
-            if JobStatus(job.status).is_terminal:
-                return
-            outcome = JobStatus.CANCELLED if job.cancel_requested_at is not None else JobStatus.FAILED
-            switch_status(session, job, outcome, message=reason, now=now)
+            abandon(session, attempt, reason, time.time())
 
     def _settle_unlaunched_attempts(self) -> None:
         """An attempt with no recorded launch was interrupted by a server stop between

@@ -1,5 +1,5 @@
 """The server's side of job accounts: which OS account replicas run under, and the modes of
-MLYARD_HOME that keep one account's files from another (`backends/job_users.py`)."""
+MLYARD_HOME that keep one account's files from another (`backends/local/job_accounts.py`)."""
 
 from __future__ import annotations
 
@@ -7,13 +7,13 @@ import logging
 import os
 import sys
 
-from mlyard.backends.local.job_accounts import JobUsers, make_passable, resolve
+from mlyard.backends.local.job_accounts import JobAccounts, make_passable, resolve
 from mlyard.server.settings import ServerSettings
 
 log = logging.getLogger(__name__)
 
 
-def prepare(settings: ServerSettings) -> tuple[JobUsers | None, str | None]:
+def prepare(settings: ServerSettings) -> tuple[JobAccounts | None, str | None]:
     """Creates MLYARD_HOME with the modes the chosen mode needs; returns the job accounts (None:
     replicas run as the server's own account) and a note for `mlyard nodes` when an `auto`
     setting fell back."""

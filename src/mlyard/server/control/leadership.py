@@ -62,7 +62,7 @@ class Lease(Protocol):
 
 
 class Controlling(Protocol):
-    """What leadership needs of a controller (`server.controller.Controller`)."""
+    """What leadership needs of what it runs while leading (`control/supervisor.py`'s `Supervisor`)."""
 
     def start(self) -> None: ...
 

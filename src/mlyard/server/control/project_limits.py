@@ -14,7 +14,7 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from mlyard.server.control.scheduler_input import smallest_gang
+from mlyard.server.scheduler_terms import smallest_gang
 from mlyard.server.store.rows import AttemptRow, JobRow, ProjectRow
 from mlyard.spec import JobSpec, format_bytes
 
@@ -35,10 +35,10 @@ def _shown(resource: str, value: float) -> str:
     return format_bytes(int(value)) if resource == "memory" else f"{value:g}"
 
 
-def admit(queued: Iterable[JobRow], holding: Iterable[AttemptRow], projects: Mapping[str, ProjectRow]
-          ) -> tuple[list[JobRow], dict[int, str]]:
+def admit(queued: Iterable[JobRow], holding: Iterable[AttemptRow], projects: Mapping[str, ProjectRow],
+          specs: Mapping[int, JobSpec]) -> tuple[list[JobRow], dict[int, str]]:
     """The queued jobs (in the given order) that may take part in the round, and the reason of
-    each one held back."""
+    each one held back; `specs` holds each queued job's parsed spec by id."""
     limited = {name: _limits(row) for name, row in projects.items()
                if any(value is not None for value in _limits(row).values())}
     if not limited:
@@ -60,7 +60,7 @@ def admit(queued: Iterable[JobRow], holding: Iterable[AttemptRow], projects: Map
         if limits is None or usage is None:
             admitted.append(job)
             continue
-        gang = smallest_gang(JobSpec.model_validate(job.spec))
+        gang = smallest_gang(specs[job.id])
         # Whole cores: that is what a replica holds, and what the running jobs are counted in.
         wanted = {"gpu": sum(replica.gpu for replica in gang), "cpu": sum(math.ceil(replica.cpu) for replica in gang),
                   "memory": sum(replica.memory_bytes for replica in gang), "jobs": 1}

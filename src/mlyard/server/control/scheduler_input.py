@@ -1,81 +1,20 @@
-"""Turns database rows into the scheduler's plain values (and nothing else).
+"""Turns database rows into the scheduler's `ClusterSnapshot` (and nothing else).
 
-Service is counted the way the scheduler counts it: GPU-seconds for a job that holds GPUs,
-core-seconds (whole pinned cores) for one that does not.
+Service is counted the way the scheduler counts it (`lifecycle.service_rate`): GPU-seconds for a
+job that holds GPUs, core-seconds (whole pinned cores) for one that does not. Specs come parsed,
+from `Database.specs`.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
-from mlyard.scheduler import (
-    Amounts,
-    ClusterSnapshot,
-    Node,
-    PendingJob,
-    Queue,
-    ReplicaPlacement,
-    ReplicaRequest,
-    RunningJob,
-    SchedulerConfig,
-)
-from mlyard.server.store.rows import AttemptRow, JobRow, NodeRow, QueueRow, ReplicaRow
-from mlyard.spec import JobSpec, Role
-
-DEFAULT_QUEUE = "default"
-
-
-def _request(role: Role, index: int) -> ReplicaRequest:
-    return ReplicaRequest(
-        role=role.name, index=index, cpu=role.resources.cpu, memory_bytes=role.resources.memory, gpu=role.resources.gpu,
-        gpu_models=tuple(role.resources.gpu_models),
-    )
-
-
-def replica_requests(spec: JobSpec) -> tuple[ReplicaRequest, ...]:
-    """One request per replica the job may run, roles in spec order; ranks follow this order.
-    An elastic job asks for its maximum size."""
-    if spec.elastic is not None:
-        (role,) = spec.roles
-        return tuple(_request(role, index) for index in range(spec.elastic.max_replicas))
-    return tuple(_request(role, index) for role in spec.roles for index in range(role.replicas))
-
-
-def smallest_gang(spec: JobSpec) -> tuple[ReplicaRequest, ...]:
-    """The replicas the job cannot start without: all of them, or an elastic job's minimum."""
-    requests = replica_requests(spec)
-    return requests if spec.elastic is None else requests[: spec.elastic.min_replicas]
-
-
-def service_rate(replicas: Iterable[ReplicaRow]) -> float:
-    """Service units per second of run time: the GPUs held, or the cores if no GPU is held."""
-    held = list(replicas)
-    gpus = sum(len(replica.gpu_ids) for replica in held)
-    return float(gpus if gpus else sum(len(replica.cpu_ids) for replica in held))
-
-
-def attempt_started_at(attempt: AttemptRow) -> float:
-    return attempt.launched_at if attempt.launched_at is not None else attempt.created_at
-
-
-def attempt_run_time(attempt: AttemptRow, now: float) -> float:
-    """Wall seconds the attempt's processes have existed (0 for one that was never launched)."""
-    if attempt.launched_at is None:
-        return 0.0
-    return max(0.0, (attempt.finished_at or now) - attempt.launched_at)
-
-
-def scheduler_node(row: NodeRow) -> Node:
-    return Node(
-        name=row.name,
-        address=row.address,
-        cpu_ids=tuple(row.cpu_ids),
-        memory_bytes=row.memory_bytes,
-        gpu_ids=tuple(gpu["index"] for gpu in row.gpus),
-        labels=dict(row.labels),
-        gpu_model=row.gpus[0]["model"] if row.gpus else "",
-    )
+from mlyard.scheduler import Amounts, ClusterSnapshot, PendingJob, Queue, ReplicaPlacement, RunningJob, SchedulerConfig
+from mlyard.server.lifecycle import attempt_started_at
+from mlyard.server.scheduler_terms import DEFAULT_QUEUE, replica_requests, scheduler_node
+from mlyard.server.store.rows import AttemptRow, JobRow, NodeRow, QueueRow
+from mlyard.spec import JobSpec
 
 
 def _amounts(gpu: float | None, cpu: float | None, memory: int | None, *, missing: float) -> Amounts | None:
@@ -110,8 +49,7 @@ def _user(job: JobRow) -> str:
     return job.owner.name if job.owner is not None else ""
 
 
-def pending_job(row: JobRow) -> PendingJob:
-    spec = JobSpec.model_validate(row.spec)
+def pending_job(row: JobRow, spec: JobSpec) -> PendingJob:
     return PendingJob(
         job_id=row.id,
         submitted_at=row.submitted_at,
@@ -127,9 +65,8 @@ def pending_job(row: JobRow) -> PendingJob:
     )
 
 
-def running_job(attempt: AttemptRow) -> RunningJob:
+def running_job(attempt: AttemptRow, spec: JobSpec) -> RunningJob:
     job = attempt.job
-    spec = JobSpec.model_validate(job.spec)
     held = {(replica.role, replica.index) for replica in attempt.replicas}
     elastic = spec.elastic is not None
     return RunningJob(
@@ -166,14 +103,16 @@ def snapshot(
     holding_attempts: Iterable[AttemptRow],
     queued: Iterable[JobRow],
     *,
+    specs: Mapping[int, JobSpec],
     queues: Iterable[QueueRow] = (),
     config: SchedulerConfig | None = None,
 ) -> ClusterSnapshot:
-    """`holding_attempts`: every attempt whose replicas may still hold resources."""
+    """`holding_attempts`: every attempt whose replicas may still hold resources; `specs`: the
+    parsed spec of each of their jobs and of every queued job, by job id."""
     return ClusterSnapshot(
         nodes=tuple(scheduler_node(row) for row in nodes),
-        running=tuple(running_job(attempt) for attempt in holding_attempts),
-        pending=tuple(pending_job(row) for row in queued),
+        running=tuple(running_job(attempt, specs[attempt.job_id]) for attempt in holding_attempts),
+        pending=tuple(pending_job(row, specs[row.id]) for row in queued),
         queues=scheduler_queues(queues),
         config=config or SchedulerConfig(),
     )

@@ -28,7 +28,7 @@ from sqlalchemy import Select, and_, case, func, select
 from sqlalchemy.orm import Session
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from mlyard.server.control.scheduler_input import DEFAULT_QUEUE
+from mlyard.server.scheduler_terms import DEFAULT_QUEUE
 from mlyard.server.store.db import Database
 from mlyard.server.store.rows import (
     RAW_PERIOD,

@@ -1,4 +1,4 @@
-"""Jobs: submission, queries, cancellation, and the one function that changes a job's status.
+"""Jobs: submission, queries and cancellation (statuses change through `lifecycle.switch_status`).
 
 Everything here only reads and writes rows; starting and stopping processes is the
 controller's work, which `submit` and `cancel` wake through the `wake` callback.
@@ -20,20 +20,14 @@ from mlyard.api.jobs import AttemptInfo, EventInfo, JobDetail, JobInfo, ReplicaI
 from mlyard.errors import (
     Conflict,
     InvalidRequest,
-    InvalidTransition,
     NotFound,
     Unschedulable,
 )
 from mlyard.scheduler import unschedulable_reason
 from mlyard.server import auth
 from mlyard.server.store import logfiles
-from mlyard.server.control.scheduler_input import (
-    DEFAULT_QUEUE,
-    attempt_run_time,
-    scheduler_node,
-    service_rate,
-    smallest_gang,
-)
+from mlyard.server.lifecycle import attempt_run_time, service_rate, switch_status
+from mlyard.server.scheduler_terms import DEFAULT_QUEUE, scheduler_node, smallest_gang
 from mlyard.server.store.db import Database
 from mlyard.server.store.rows import (
     AttemptRow,
@@ -46,7 +40,7 @@ from mlyard.server.store.rows import (
     UserRow,
 )
 from mlyard.server.services import environments, project_storage, projects
-from mlyard.spec import JobSpec, JobStatus, can_transition
+from mlyard.spec import JobSpec, JobStatus
 
 LOG_TAIL_LINES = 20
 IDEMPOTENCY_KEY_LIFETIME = 24 * 3600.0
@@ -58,28 +52,6 @@ class Submission:
     job: JobInfo
     replayed: bool
     """True when an earlier request with the same Idempotency-Key created the job."""
-
-
-def switch_status(
-    session: Session, job: JobRow, target: JobStatus, *, message: str | None = None, now: float | None = None
-) -> None:
-    """The only place a job's status changes: checks the transition, stamps the times,
-    records an event, and revokes the job's token when it ends."""
-    current = JobStatus(job.status)
-    if not can_transition(current, target):
-        raise InvalidTransition(f"job {job.id}: {current.value} → {target.value} is not allowed")
-    now = time.time() if now is None else now
-    job.status = target.value
-    job.updated_at = now
-    job.message = message  # the reason for the latest change; none for a plain step forward
-    if target is JobStatus.RUNNING and job.started_at is None:
-        job.started_at = now
-    if target is not JobStatus.RUNNING:  # an idle warning is about the attempt running now
-        job.idle_since = job.idle_reason = None
-    if target.is_terminal:
-        job.finished_at = now
-        auth.revoke_job_tokens(session, job.id)
-    session.add(JobEventRow(job_id=job.id, at=now, from_status=current.value, to_status=target.value, message=message))
 
 
 def _caller(principal: auth.Principal) -> str:

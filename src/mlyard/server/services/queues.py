@@ -19,7 +19,7 @@ from sqlalchemy.orm import Session, selectinload
 from mlyard.api.queues import QueueAmounts, QueueInfo, QueueSettings, QueueUsage, WaitingJob
 from mlyard.errors import Conflict, NotFound
 from mlyard.server import auth
-from mlyard.server.control.scheduler_input import DEFAULT_QUEUE
+from mlyard.server.scheduler_terms import DEFAULT_QUEUE
 from mlyard.server.store.db import Database, insert_if_absent
 from mlyard.server.store.rows import AttemptRow, JobRow, QueueRow
 from mlyard.server.services import projects

@@ -20,6 +20,8 @@ from sqlalchemy import Engine, create_engine, event, inspect, make_url, text
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session, sessionmaker
 
+from mlyard.server.store.specs import SpecCache
+
 MIGRATIONS = Path(__file__).with_name("migrations")
 SCHEMA_REVISION = "0011"
 """The newest migration (a test keeps it equal to Alembic's head): a database already there is
@@ -143,6 +145,8 @@ class Database:
         self.engine = make_engine(self.url)
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
         self._readers = sessionmaker(self.engine.execution_options(**{READ_ONLY: True}), expire_on_commit=False)
+        self.specs = SpecCache()
+        """The parsed specs of this database's jobs (`store/specs.py`)."""
 
     @classmethod
     def open(cls, url: str) -> Database:

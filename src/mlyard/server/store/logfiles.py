@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from mlyard.runtime.launcher import OUTPUT_LOG
+from mlyard.runtime.launch_config import OUTPUT_LOG
 
 MAX_CHUNK = 1024 * 1024
 

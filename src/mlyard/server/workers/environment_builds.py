@@ -11,7 +11,6 @@ no environment uses any more are removed.
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from typing import Any, Protocol
 
@@ -20,6 +19,7 @@ from sqlalchemy import select
 from mlyard.paths import Paths
 from mlyard.api.environments import EnvironmentRequest
 from mlyard.environments.virtualenv import VirtualenvBuilder
+from mlyard.server.loop import Loop
 from mlyard.server.store.db import Database
 from mlyard.server.store.rows import EnvironmentRow
 
@@ -61,30 +61,25 @@ class EnvironmentBuilds:
         self.database = database
         self.paths = paths
         self.builder = builder
-        self._stopped = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="mlyard-environments", daemon=True)
+        self._loop = Loop("mlyard-environments", self._pass, retry_seconds=POLL_SECONDS,
+                          failure="environment builds: pass failed")
         self._collected_at = 0.0
 
     def start(self) -> None:
         with self.database.transaction() as session:
             for row in session.scalars(select(EnvironmentRow).where(EnvironmentRow.status == "building")):
                 row.status, row.message = "queued", "queued again: the server building it stopped"
-        self._thread.start()
+        self._loop.start()
 
     def stop(self) -> None:
-        self._stopped.set()
+        self._loop.stop(timeout=0)  # a build in progress ends on its own; the next leader queues it again
 
-    def _run(self) -> None:
-        while not self._stopped.is_set():
-            try:
-                built = self.build_next()
-                if time.monotonic() - self._collected_at > COLLECT_EVERY:
-                    self.collect_garbage()
-            except Exception:  # a database hiccup must not end the builder; the next pass retries
-                log.exception("environment builds: pass failed")
-                built = False
-            if not built:
-                self._stopped.wait(POLL_SECONDS)
+    def _pass(self) -> float:
+        """One build (if any is queued), then at once the next; a short wait when none was."""
+        built = self.build_next()
+        if time.monotonic() - self._collected_at > COLLECT_EVERY:
+            self.collect_garbage()
+        return 0.0 if built else POLL_SECONDS
 
     def build_next(self) -> bool:
         """Takes up the oldest queued environment; returns whether there was one."""

@@ -33,9 +33,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from sqlalchemy import select
-from sqlalchemy.orm import Session, selectinload
+from sqlalchemy.orm import Session, defer, selectinload
 
-from mlyard.server.control.attempts import request_stop
+from mlyard.server.lifecycle import request_stop
 from mlyard.server.store.db import Database
 from mlyard.server.store.rows import (
     RAW_PERIOD,
@@ -176,9 +176,10 @@ def check(database: Database, settings: ServerSettings, now: float | None = None
             select(JobRow, AttemptRow).join(AttemptRow, AttemptRow.job_id == JobRow.id)
             .where(JobRow.status == JobStatus.RUNNING.value, AttemptRow.finished_at.is_(None),
                    AttemptRow.running_at.is_not(None), AttemptRow.stop_requested_at.is_(None))
-            .options(selectinload(AttemptRow.replicas)).order_by(JobRow.id)).all()
+            .options(defer(JobRow.spec), selectinload(AttemptRow.replicas)).order_by(JobRow.id)).all()
+        specs = database.specs.load(session, [job for job, _ in running])
         plans = [plan for job, attempt in running
-                 if (plan := _judge(session, job, attempt, settings, now, gap)) is not None]
+                 if (plan := _judge(session, job, specs[job.id], attempt, settings, now, gap)) is not None]
     changes = Changes()
     if plans:
         with database.transaction() as session:
@@ -187,7 +188,7 @@ def check(database: Database, settings: ServerSettings, now: float | None = None
     return changes
 
 
-def _judge(session: Session, job: JobRow, attempt: AttemptRow, settings: ServerSettings, now: float,
+def _judge(session: Session, job: JobRow, spec: JobSpec, attempt: AttemptRow, settings: ServerSettings, now: float,
            gap: float) -> _Plan | None:
     measured: dict[float, Utilization | None] = {}
 
@@ -210,7 +211,6 @@ def _judge(session: Session, job: JobRow, attempt: AttemptRow, settings: ServerS
             idle = (now - window, reason)
         elif not usage.idle and job.idle_since is not None:
             busy = f"{usage.resource} busy again: mean {percent(usage.mean)}% over the last {span(window)}"
-    spec = JobSpec.model_validate(job.spec)
     if spec.interactive and job.cancel_requested_at is None:
         timeout = settings.interactive_idle_timeout_seconds if spec.idle_timeout is None else spec.idle_timeout
         usage = over(timeout)

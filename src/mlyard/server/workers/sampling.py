@@ -11,7 +11,6 @@ machine; other backends' nodes need an agent of their own.
 from __future__ import annotations
 
 import logging
-import threading
 import time
 
 from sqlalchemy import select
@@ -22,6 +21,7 @@ from mlyard.backends.base import Backend
 from mlyard.monitor import Root, Sample, Sampler
 from mlyard.server.workers import idleness
 from mlyard.server.store.db import Database
+from mlyard.server.loop import Loop
 from mlyard.server.store.rows import AttemptRow, ReplicaRow
 from mlyard.server.services import resources
 from mlyard.server.settings import ServerSettings
@@ -39,8 +39,9 @@ class NodeMonitor:
         self.database = database
         self.node = node
         self.settings = settings
-        self._stopping = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._loop = Loop("mlyard-sampler", self._beat, retry_seconds=settings.sample_interval_seconds,
+                          failure="sampling failed")
+        self._next_at: float | None = None
         self.sampler = Sampler()  # from now on its deltas count
         self._compacted_at = 0.0
         self._idleness_checked_at = 0.0
@@ -63,34 +64,38 @@ class NodeMonitor:
         return monitor
 
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._loop, name="mlyard-sampler", daemon=True)
-        self._thread.start()
+        self._loop.start()
 
     def stop(self) -> None:
-        self._stopping.set()
-        if self._thread is not None:
-            self._thread.join(timeout=30)
+        self._loop.stop()
         self.sampler.close()
 
-    def _loop(self) -> None:
+    @property
+    def alive(self) -> bool:
+        return self._loop.alive
+
+    def _beat(self) -> float:
+        """Samples at a fixed cadence, skipping the beats a slow pass (or a suspended machine)
+        missed; returns the wait until the next beat."""
         interval = self.settings.sample_interval_seconds
-        try:
-            resources.record_inventory(self.database, self.node, NodeInventory(**self.sampler.inventory()))
-        except Exception:  # the figures matter more than the description
-            log.exception("recording the node's inventory failed")
-        next_at = time.monotonic() + interval
-        while not self._stopping.wait(max(0.0, next_at - time.monotonic())):
-            # A fixed cadence, skipping the beats a slow pass (or a suspended machine) missed.
-            next_at += interval * max(1, int((time.monotonic() - next_at) // interval) + 1)
+        if self._next_at is None:  # the first call only describes the node
             try:
-                self.sample_once()
-                if time.time() - self._compacted_at >= COMPACT_INTERVAL:
-                    self.compact()
-            except Exception:  # a bad pass must not end sampling; the next one retries
-                log.exception("sampling failed")
-            # Judged right after a sample, so the newest figures are in the window.
-            if time.time() - self._idleness_checked_at >= idleness.check_interval(self.settings):
-                self.check_idleness()
+                resources.record_inventory(self.database, self.node, NodeInventory(**self.sampler.inventory()))
+            except Exception:  # the figures matter more than the description
+                log.exception("recording the node's inventory failed")
+            self._next_at = time.monotonic() + interval
+            return interval
+        self._next_at += interval * max(1, int((time.monotonic() - self._next_at) // interval) + 1)
+        try:
+            self.sample_once()
+            if time.time() - self._compacted_at >= COMPACT_INTERVAL:
+                self.compact()
+        except Exception:  # a bad pass must not end sampling; the next one retries
+            log.exception("sampling failed")
+        # Judged right after a sample, so the newest figures are in the window.
+        if time.time() - self._idleness_checked_at >= idleness.check_interval(self.settings):
+            self.check_idleness()
+        return self._next_at - time.monotonic()
 
     def sample_once(self) -> Sample[ReplicaKey]:
         with self.database.transaction() as session:

@@ -15,8 +15,9 @@ import os
 import threading
 from pathlib import Path
 
+from mlyard.runtime.launch_config import OOM_FILE
+
 log = logging.getLogger(__name__)
-OOM_FILE = "oom"
 _MEMORY_HIERARCHY = Path("/sys/fs/cgroup/memory")
 
 

@@ -28,7 +28,6 @@ from typing import Any
 
 from mlyard.backends.base import (
     AttemptLaunch,
-    ReplicaHandle,
     ReplicaLaunch,
     ReplicaObservation,
     ReplicaRef,
@@ -40,7 +39,7 @@ from mlyard.backends.local.containers.engine import (
     container_state,
 )
 from mlyard.backends.local.containers.logs import LogFollowers
-from mlyard.backends.local.containers.oom import OOM_FILE, OomWatches
+from mlyard.backends.local.containers.oom import OomWatches
 from mlyard.backends.local.containers.create_options import (
     LABEL_DIRECTORY,
     NOBODY,
@@ -48,19 +47,19 @@ from mlyard.backends.local.containers.create_options import (
     render_replica,
     runs_torchrun,
 )
-from mlyard.runtime.launcher import (
+from mlyard.runtime.launch_config import (
     CODE_DIRECTORY,
-    DEFAULT_MAX_LOG_BYTES,
+    CONTAINER_FILE,
     EXIT_FILE,
+    OOM_FILE,
     OUTPUT_LOG,
     STARTED_FILE,
-    format_bytes,
     read_json,
     write_json_atomically,
 )
+from mlyard.runtime.launcher import DEFAULT_MAX_LOG_BYTES, format_bytes
 
 log = logging.getLogger(__name__)
-CONTAINER_FILE = "container.json"
 _SIGNALS = {False: "SIGTERM", True: "SIGKILL"}
 # How long a stop waits for a SIGKILLed container to end (the engine's cleanup takes a moment).
 KILL_WAIT = 2.0
@@ -147,7 +146,7 @@ class ContainerReplicas:
             os.chown(directory, identity.uid, identity.gid)
             directory.chmod(0o700)
 
-    def start(self, plan: ContainerPlan) -> ReplicaHandle:
+    def start(self, plan: ContainerPlan) -> ReplicaRef:
         replica, identity = plan.replica, plan.identity
         write_json_atomically(replica.directory / CONTAINER_FILE,
                               {"name": plan.arguments["name"], "image": plan.arguments["image"],
@@ -165,7 +164,8 @@ class ContainerReplicas:
                               {"container": state.id, "started_at": state.started_at or time.time()})
         self.followers.ensure(replica.directory, state.id, replica.directory / OUTPUT_LOG)
         self.oom_watches.ensure(replica.directory, state.pid)
-        return ReplicaHandle(replica_id=replica.replica_id, pid=state.pid, pid_started_at=_process_start(state.pid))
+        return ReplicaRef(replica_id=replica.replica_id, node=replica.node, directory=replica.directory,
+                          pid=state.pid, pid_started_at=_process_start(state.pid))
 
     # ------------------------------------------------------------------ observe
     def _containers(self, directory: Path) -> list[ContainerState]:

@@ -6,12 +6,13 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterator
-from pathlib import Path
+
+from conftest import REPOSITORY
 
 from mlyard.server.http.telemetry import FAMILIES, SAMPLER_FAMILIES
 
-DASHBOARD = Path(__file__).resolve().parents[2] / "deploy" / "grafana" / "mlyard-dashboard.json"
-ARCHITECTURE = Path(__file__).resolve().parents[2] / "docs" / "architecture.md"
+DASHBOARD = REPOSITORY / "deploy" / "grafana" / "mlyard-dashboard.json"
+ARCHITECTURE = REPOSITORY / "docs" / "architecture.md"
 HISTOGRAM_SUFFIXES = ("_bucket", "_count", "_sum")
 PROMQL_KEYWORDS = {"and", "or", "unless", "bool", "offset", "by", "without", "on", "ignoring", "group_left",
                    "group_right", "inf", "nan"}

@@ -105,7 +105,7 @@ def test_the_monitor_of_the_local_node_runs_until_stopped_and_fills_the_node_lis
                           "a node sample")
     finally:
         monitor.stop()
-    assert not monitor._thread.is_alive()
+    assert not monitor.alive
     assert node.name == backend.node_name
     assert node.usage.memory_total_bytes == psutil.virtual_memory().total
     assert node.inventory is not None and node.inventory.cpu_count == psutil.cpu_count()

@@ -28,7 +28,8 @@ from mlyard.server.store.rows import (
     NodeSampleRow,
     ReplicaRow,
 )
-from mlyard.server.services.jobs import get_job, list_jobs, switch_status
+from mlyard.server.lifecycle import switch_status
+from mlyard.server.services.jobs import get_job, list_jobs
 from mlyard.server.settings import ServerSettings
 from mlyard.spec import JobStatus
 

@@ -1,5 +1,6 @@
 """Leadership without the HTTP server: who holds the lease, what happens when it is given up,
-lost or its holder dies, on SQLite (a lock file) and on PostgreSQL (an advisory lock)."""
+lost or its holder dies, on SQLite (a lock file) and on PostgreSQL (an advisory lock). The
+leader runs the real controller, on a fake backend."""
 
 from __future__ import annotations
 
@@ -7,15 +8,19 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
 from conftest import wait_for
+from controller_support import FakeBackend
 from sqlalchemy import create_engine, make_url, text
 from sqlalchemy.pool import NullPool
 
+from mlyard.backends.base import NodeDescription
 from mlyard.errors import MlyardError
-from mlyard.server.store.db import Database
+from mlyard.paths import Paths
+from mlyard.server.control.controller import Controller
 from mlyard.server.control.leadership import (
     CONTROLLER_LOCK_KEY,
     FileLease,
@@ -24,66 +29,88 @@ from mlyard.server.control.leadership import (
     SoloLease,
     lease_for,
 )
+from mlyard.server.settings import ServerSettings
+from mlyard.server.store.db import Database
+from mlyard.storage import BlobStore
 
 FAST = {"acquire_interval": 0.05, "check_interval": 0.05}
 
 
-class FakeController:
-    def __init__(self, name: str, fail: bool = False):
-        self.name = name
-        self.fail = fail
-        self.started = self.stopped = False
-        self.wakes = 0
+class WatchedBackend(FakeBackend):
+    """The backend of one controller. Its nodes are looked at again on every pass (as a
+    cluster's are), so the passes of the controller's loop show, and the thread they run on; an
+    unready one fails the controller's start."""
 
-    def start(self) -> None:
-        if self.fail:
+    node_refresh_seconds = 0.0
+
+    def __init__(self, *, ready: bool = True):
+        super().__init__()
+        self.ready = ready
+        self.lookers: list[threading.Thread] = []
+        """The thread of each look at the nodes: the controller's start's, then its loop's."""
+
+    def nodes(self) -> list[NodeDescription]:
+        if not self.ready:
             raise RuntimeError("the backend is not ready")
-        self.started = True
-
-    def stop(self) -> None:
-        self.stopped = True
-
-    def wake(self) -> None:
-        self.wakes += 1
+        self.lookers.append(threading.current_thread())
+        return super().nodes()
 
     @property
-    def running(self) -> bool:
-        return self.started and not self.stopped
+    def passes(self) -> int:
+        return max(0, len(self.lookers) - 1)
+
+    @property
+    def looping(self) -> bool:
+        """The controller's loop runs: it has made a pass, and its thread is alive (stopping the
+        controller ends it)."""
+        return self.passes > 0 and self.lookers[-1].is_alive()
 
 
 class Contender:
-    """A server's leadership with controllers that record what was done to them."""
+    """A server: its own connection to the database and its leadership, whose every controller
+    is a real one on a backend of its own (`backends[i]` is `controllers[i]`'s)."""
 
-    def __init__(self, url: str, name: str, *, failures: int = 0):
-        self.name = name
-        self.controllers: list[FakeController] = []
-        self.failures = failures
+    def __init__(self, url: str, home: Path, *, unready: int = 0):
+        # An idle controller waits out a long tick: a pass soon after a wake is the wake's.
+        self.settings = ServerSettings(paths=Paths(home), database_url=url, idle_tick_seconds=600)
+        self.database = Database.open(url)
+        self.blobs = BlobStore(home / "blobs")
+        self.unready = unready
+        self.controllers: list[Controller] = []
+        self.backends: list[WatchedBackend] = []
         self.leadership = Leadership(lease_for(url), self._new_controller, **FAST)
 
-    def _new_controller(self) -> FakeController:
-        controller = FakeController(f"{self.name}-{len(self.controllers)}", fail=self.failures > 0)
-        self.failures -= 1
-        self.controllers.append(controller)
-        return controller
+    def _new_controller(self) -> Controller:
+        backend = WatchedBackend(ready=self.unready <= 0)
+        self.unready -= 1
+        self.backends.append(backend)
+        self.controllers.append(Controller(database=self.database, backend=backend, settings=self.settings,
+                                           blobs=self.blobs))
+        return self.controllers[-1]
 
     @property
-    def running(self) -> list[FakeController]:
-        return [controller for controller in self.controllers if controller.running]
+    def running(self) -> list[WatchedBackend]:
+        """The backends whose controller runs."""
+        return [backend for backend in self.backends if backend.looping]
+
+    def close(self) -> None:
+        self.leadership.stop()
+        self.database.close()
 
 
 @pytest.fixture
-def contenders(database_url: str):
+def contenders(database_url: str, tmp_path: Path):
     Database.open(database_url).close()  # the schema exists, as it would for a server
     made: list[Contender] = []
 
     def make(name: str, **options) -> Contender:
-        contender = Contender(database_url, name, **options)
+        contender = Contender(database_url, tmp_path / name, **options)
         made.append(contender)
         return contender
 
     yield make
     for contender in made:
-        contender.leadership.stop()
+        contender.close()
 
 
 def break_lease(database_url: str) -> None:
@@ -107,16 +134,20 @@ def test_one_server_leads_and_a_standby_takes_over_when_it_steps_down(contenders
     first.leadership.start()
     second.leadership.start()
     assert (first.leadership.role, second.leadership.role) == ("leader", "standby")
-    assert [c.running for c in first.controllers] == [True] and second.controllers == []
+    assert len(first.controllers) == 1 and second.controllers == []
+    (leading,) = first.backends
+    assert wait_for(lambda: leading.looping, timeout=5), "the leader's controller runs"
 
+    passes = leading.passes
     second.leadership.wake()
     first.leadership.wake()
-    assert first.controllers[0].wakes == 1, "a standby's wake reaches no controller"
+    assert wait_for(lambda: leading.passes > passes, timeout=5), "the leader's wake reaches its controller"
+    assert second.controllers == [], "a standby's wake reaches no controller"
 
     first.leadership.stop()
-    assert first.controllers[0].stopped and first.leadership.role == "standby"
+    assert not leading.looping and first.leadership.role == "standby"
     assert wait_for(lambda: second.leadership.role == "leader", timeout=5)
-    assert len(second.running) == 1
+    assert wait_for(lambda: len(second.running) == 1, timeout=5)
 
 
 def test_a_leader_that_loses_its_lease_stops_its_controller_and_one_server_leads_again(
@@ -125,9 +156,10 @@ def test_a_leader_that_loses_its_lease_stops_its_controller_and_one_server_leads
     first, second = contenders("first"), contenders("second")
     first.leadership.start()
     second.leadership.start()
-    original = first.controllers[0]
+    (original,) = first.backends
+    assert wait_for(lambda: original.looping, timeout=5)
     break_lease(database_url)
-    assert wait_for(lambda: original.stopped, timeout=5), "the lost lease was noticed and the controller stopped"
+    assert wait_for(lambda: not original.looping, timeout=5), "the lost lease was noticed and the controller stopped"
 
     def one_leader() -> bool:
         roles = sorted([first.leadership.role, second.leadership.role])
@@ -138,12 +170,15 @@ def test_a_leader_that_loses_its_lease_stops_its_controller_and_one_server_leads
 
 
 def test_a_controller_that_does_not_start_gives_the_lease_back_and_is_tried_again(contenders) -> None:
-    flaky, other = contenders("flaky", failures=1), contenders("other")
+    flaky, other = contenders("flaky", unready=1), contenders("other")
     flaky.leadership.start()
     assert wait_for(lambda: flaky.leadership.role == "leader", timeout=5)
     other.leadership.start()
     assert other.leadership.role == "standby"
-    assert [c.started for c in flaky.controllers] == [False, True], "a fresh controller for the new try"
+    started = [controller.adopted is not None for controller in flaky.controllers]
+    assert started == [False, True], "a fresh controller for the new try"
+    assert flaky.leadership.controller is flaky.controllers[1]
+    assert wait_for(lambda: flaky.running == [flaky.backends[1]], timeout=5)
 
 
 def test_the_lease_is_exclusive_and_released(database_url: str) -> None:

@@ -1,0 +1,87 @@
+"""Pure verdicts on an attempt with no stop in progress: keep going, stop it (and with which
+outcome), or it has succeeded. No database, no clock of its own: the controller passes the
+spec, what it knows of the replicas and the time, and carries the verdict out.
+
+`FailurePolicy.decide` is the restart rule alone: a failed attempt restarts the whole gang
+while restarts are left (ranks cannot rejoin a broken collective), and fails the job after.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from mlyard.spec import JobSpec, JobStatus, RestartPolicy
+
+
+class ReplicaFacts(Protocol):
+    """What a verdict reads of a replica (a `ReplicaRow` has it)."""
+
+    name: str
+    rank: int
+    state: str
+    exit_code: int | None
+    reason: str | None
+
+
+class Action(enum.Enum):
+    CONTINUE = "continue"
+    STOP = "stop"
+    SUCCEED = "succeed"
+
+
+@dataclass(frozen=True)
+class Verdict:
+    action: Action
+    outcome: JobStatus | None = None
+    """With STOP: what the job becomes once no replica is left (CANCELLED, RESTARTING, FAILED)."""
+    reason: str | None = None
+    failed_replica_exit_code: int | None = None
+    """With a replica's failure (`from_failure`): its exit code (None if lost), which becomes the job's."""
+    from_failure: bool = False
+
+
+CONTINUE = Verdict(Action.CONTINUE)
+
+
+@dataclass(frozen=True)
+class FailurePolicy:
+    policy: RestartPolicy
+
+    def decide(self, restarts_so_far: int, reason: str) -> tuple[JobStatus, str]:
+        """RESTARTING with restarts left, else FAILED; the reason says which and how many."""
+        limit = self.policy.max_restarts
+        if restarts_so_far < limit:
+            return JobStatus.RESTARTING, f"{reason}; restart {restarts_so_far + 1} of {limit}"
+        return JobStatus.FAILED, f"{reason}; no restarts left ({limit} used)" if limit else reason
+
+
+def failed_replica(replicas: Sequence[ReplicaFacts]) -> ReplicaFacts | None:
+    return next((r for r in replicas if r.state == "lost" or (r.state == "exited" and r.exit_code != 0)), None)
+
+
+def failure_reason(replica: ReplicaFacts) -> str:
+    if replica.state == "lost":
+        if replica.reason:
+            return f"replica {replica.name} (rank {replica.rank}) was lost: {replica.reason}"
+        return f"replica {replica.name} (rank {replica.rank}) disappeared without an exit status"
+    reason = f"replica {replica.name} (rank {replica.rank}) exited with code {replica.exit_code}"
+    return f"{reason} ({replica.reason})" if replica.reason else reason
+
+
+def judge(*, spec: JobSpec, replicas: Sequence[ReplicaFacts], cancel_requested: bool, restarts_so_far: int,
+          launched_at: float, now: float) -> Verdict:
+    """In order: a cancellation, a failed or lost replica, a passed `max_runtime`, all gone."""
+    if cancel_requested:
+        return Verdict(Action.STOP, JobStatus.CANCELLED, "cancelled by request")
+    failed = failed_replica(replicas)
+    if failed is not None:
+        outcome, reason = FailurePolicy(spec.restart_policy).decide(restarts_so_far, failure_reason(failed))
+        return Verdict(Action.STOP, outcome, reason, failed_replica_exit_code=failed.exit_code, from_failure=True)
+    if spec.max_runtime is not None and now - launched_at > spec.max_runtime:
+        return Verdict(Action.STOP, JobStatus.FAILED, f"exceeded its max_runtime of {spec.max_runtime:g}s")
+    if all(replica.state in ("exited", "lost") for replica in replicas):
+        return Verdict(Action.SUCCEED)
+    return CONTINUE

@@ -1,0 +1,61 @@
+"""Every background thread of the leading server, started and stopped in one place.
+
+Each of them runs on `server/loop.py`'s `Loop`.
+
+`Supervisor` is what `Leadership` runs while this server leads: the controller first (it
+settles what a previous leader left before anything else acts), then the workers that follow
+leadership — resource sampling where the backend's node is this machine, and environment
+builds where the backend builds them. Stopping stops the controller first, then the workers.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from mlyard.backends.base import Backend
+from mlyard.server.control.controller import Controller
+from mlyard.server.settings import ServerSettings
+from mlyard.server.workers.environment_builds import EnvironmentBuilds, builder_for
+from mlyard.server.workers.sampling import NodeMonitor
+
+
+class Worker(Protocol):
+    def start(self) -> None: ...
+    def stop(self) -> None: ...
+
+
+class Supervisor:
+    """Implements what `Leadership` needs (`start`, `stop`, `wake`); `adopted` is the
+    controller's (the health check shows it)."""
+
+    def __init__(self, controller: Controller, *, backend: Backend, settings: ServerSettings):
+        self.controller = controller
+        self.backend = backend
+        self.settings = settings
+        self.workers: list[Worker] = []
+
+    @property
+    def adopted(self) -> int | None:
+        return self.controller.adopted
+
+    def wake(self) -> None:
+        self.controller.wake()
+
+    def start(self) -> None:
+        self.controller.start()
+        database = self.controller.database
+        # Sampling follows leadership: the leader's machine runs the local replicas it measures.
+        monitor = NodeMonitor.start_for(database, self.backend, self.settings)
+        if monitor is not None:
+            self.workers.append(monitor)
+        builder = builder_for(self.backend, self.settings.paths)
+        if builder is not None:
+            builds = EnvironmentBuilds(database, self.settings.paths, builder)
+            builds.start()
+            self.workers.append(builds)
+
+    def stop(self) -> None:
+        self.controller.stop()
+        for worker in self.workers:
+            worker.stop()
+        self.workers.clear()
