@@ -81,10 +81,10 @@ def test_a_frozen_launcher_is_lost_within_the_timeout_and_force_stop_removes_it_
 
 
 def test_a_launcher_that_never_beats_is_lost_once_the_timeout_has_passed_since_its_start(tmp_path: Path) -> None:
+    backend = make_backend()  # first: asking for the container engine can take a while on a busy machine
+    backend.heartbeat_timeout = 1.0  # the rule, not the production wait
     process, ref = fake_launcher(tmp_path / "replica", beats=True)
     try:
-        backend = make_backend()
-        backend.heartbeat_timeout = 1.0  # the rule, not the production wait
         assert backend.observe([ref])[1].state == "pending"
         assert observe_until(backend, [ref], is_gone, timeout=3)[1].state == "lost"
         assert process.poll() is None

@@ -16,11 +16,13 @@ log = logging.getLogger("mlyard.loop")
 
 class Loop:
     def __init__(self, name: str, step: Callable[[], float], *, retry_seconds: float,
-                 failure: str = "pass failed"):
+                 failure: str = "pass failed", first_delay: float = 0.0):
         self.name = name
         self.step = step
         self.retry_seconds = retry_seconds
         self.failure = failure
+        self.first_delay = first_delay
+        """How long the thread waits before its first step."""
         self._wake = threading.Event()
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
@@ -48,13 +50,21 @@ class Loop:
             self._thread.join(timeout=timeout)
 
     def _run(self) -> None:
+        if self.first_delay > 0 and self._wait(self.first_delay):
+            return
         while not self._stopping.is_set():
             try:
                 delay = self.step()
             except Exception:  # the next pass retries
                 log.exception("%s: %s", self.name, self.failure)
                 delay = self.retry_seconds
-            if self._stopping.is_set():
+            if self._wait(delay):
                 return
-            self._wake.wait(timeout=max(0.0, delay))
-            self._wake.clear()
+
+    def _wait(self, seconds: float) -> bool:
+        """Waits until woken or `seconds` passed; True when the loop is to stop."""
+        if self._stopping.is_set():
+            return True
+        self._wake.wait(timeout=max(0.0, seconds))
+        self._wake.clear()
+        return self._stopping.is_set()

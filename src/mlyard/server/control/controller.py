@@ -5,7 +5,9 @@ what that means for their jobs (running, succeeded, failed, stop needed) → sig
 that must stop (SIGTERM, then SIGKILL after the grace period) → ask the scheduler what to
 start, preempt and resize, and why the rest waits → carry that out. Backend calls never
 happen inside a database transaction. A pass runs whenever `wake()` is called (submission,
-cancellation) and otherwise on a short tick while anything is active.
+cancellation) and otherwise on a short tick while anything is active. Verdicts are
+`judge.py`'s pure functions; every status change and the end of an attempt go through
+`lifecycle.py`. Specs come from `Database.specs`: the pass's queries leave the column out.
 
 Words: an attempt is *holding* while its `finished_at` is unset: its replicas may exist and
 its resources are not free. A stop is *requested* when `stop_requested_at` is set; the job
@@ -29,7 +31,7 @@ from dataclasses import dataclass, replace
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, defer, selectinload
 
-from mlyard.backends.base import Backend, ReplicaObservation, ReplicaRef
+from mlyard.backends.base import AttemptLaunch, Backend, ReplicaObservation, ReplicaRef
 from mlyard.runtime.rendezvous import JobContext, ReplicaSlot, replica_environments
 from mlyard.scheduler import ClusterSnapshot, Decisions, StartJob, decide
 from mlyard.server import auth
@@ -294,64 +296,16 @@ class Controller:
         return True
 
     def _start(self, decision: StartJob, addresses: dict[str, str]) -> None:
-        count = len(decision.placements)
+        """Records the attempt (SCHEDULED), launches it outside any transaction, and records
+        the launch (STARTING); an attempt that cannot be launched or recorded is abandoned."""
         master_port, replica_ports = launches.reserve_ports(self.backend, decision)
-        now = time.time()
-        with self.database.transaction() as session:
-            job = session.get(JobRow, decision.job_id, with_for_update=True)
-            if job is None or JobStatus(job.status) not in (JobStatus.QUEUED, JobStatus.RESTARTING):
-                return
-            spec = self.database.specs.of(job)
-            built = session.get(EnvironmentRow, spec.environment) if spec.environment else None
-            if spec.environment and (built is None or built.status != "ready"):
-                # Removing or rebuilding an environment that unfinished jobs name is refused,
-                # so this is an environment that went away by other means.
-                switch_status(session, job, JobStatus.FAILED, now=now,
-                              message=f"environment {spec.environment!r} is no longer ready to run it")
-                return
-            job.attempt_count += 1
-            job.wait_reason = None
-            job.restart_at = None
-            attempt = AttemptRow(job_id=job.id, number=job.attempt_count, created_at=now, master_port=master_port)
-            session.add(attempt)
-            session.flush()
-            slots, rows = [], []
-            for rank, placement in enumerate(decision.placements):
-                name = f"{placement.role}-{placement.index}"
-                row = ReplicaRow(
-                    attempt_id=attempt.id, job_id=job.id, role=placement.role, index=placement.index, rank=rank,
-                    node=placement.node, cpu_ids=list(placement.cpu_ids), gpu_ids=list(placement.gpu_ids),
-                    memory_bytes=placement.memory_bytes, state="pending",
-                    directory=str(self.settings.paths.replica_directory(job.id, attempt.number, name)),
-                )
-                session.add(row)
-                rows.append(row)
-                slots.append(ReplicaSlot(
-                    role=placement.role, index=placement.index, rank=rank, node=placement.node,
-                    address=self.backend.replica_address(job.id, attempt.number, name, placement.node,
-                                                         addresses[placement.node]),
-                    port=replica_ports[rank],
-                    cpu_count=len(placement.cpu_ids), gpu_ids=tuple(placement.gpu_ids),
-                ))
-            session.flush()
-            token = auth.issue_token(session, name=f"job {job.id} attempt {attempt.number}", user_id=job.owner_id,
-                                     job_id=job.id)
-            switch_status(session, job, JobStatus.SCHEDULED, message=start_text(decision, spec), now=now)
-            checkpoint_directory = self.settings.paths.checkpoint_directory(job.id)
-            tensorboard_directory = self.settings.paths.tensorboard_directory(job.id)
-            context = JobContext(job_id=job.id, attempt=attempt.number, api_url=self.settings.replica_api_url,
-                                 token=token,
-                                 earlier_attempts=attempt.number - 1,
-                                 checkpoint_directory=str(checkpoint_directory), master_port=master_port,
-                                 tensorboard_directory=str(tensorboard_directory))
-            environments = replica_environments(spec, slots, context)
-            image = launches.apply_environment(spec, built, environments)
-            launch = launches.attempt_launch(job, attempt, spec, rows, environments, image, self.settings.paths,
-                                             self.blobs, (checkpoint_directory, tensorboard_directory))
-            attempt_id = attempt.id
+        recorded = self._record_attempt(decision, addresses, master_port, replica_ports)
+        if recorded is None:
+            return
+        launch, attempt_id = recorded
         try:
-            checkpoint_directory.mkdir(parents=True, exist_ok=True)
-            tensorboard_directory.mkdir(parents=True, exist_ok=True)
+            for directory in launch.private_directories:
+                directory.mkdir(parents=True, exist_ok=True)
             references = self.backend.launch(launch)
         except Exception as error:
             log.exception("job %s: launch failed", decision.job_id)
@@ -371,7 +325,71 @@ class Controller:
             self.backend.stop(references, force=True)
             self._abandon(attempt_id, f"could not record the start: {error}")
             return
-        log.info("job %s attempt %s: launched %d replicas", decision.job_id, launch.attempt, count)
+        log.info("job %s attempt %s: launched %d replicas", decision.job_id, launch.attempt,
+                 len(decision.placements))
+
+    def _record_attempt(self, decision: StartJob, addresses: dict[str, str], master_port: int,
+                        replica_ports: list[int]) -> tuple[AttemptLaunch, int] | None:
+        """In one transaction: the attempt and replica rows, the attempt's token and SCHEDULED;
+        returns the launch to carry out and the attempt's id (None: nothing to start)."""
+        now = time.time()
+        with self.database.transaction() as session:
+            job = session.get(JobRow, decision.job_id, with_for_update=True)
+            if job is None or JobStatus(job.status) not in (JobStatus.QUEUED, JobStatus.RESTARTING):
+                return None
+            spec = self.database.specs.of(job)
+            built = session.get(EnvironmentRow, spec.environment) if spec.environment else None
+            if spec.environment and (built is None or built.status != "ready"):
+                # Removing or rebuilding an environment that unfinished jobs name is refused,
+                # so this is an environment that went away by other means.
+                switch_status(session, job, JobStatus.FAILED, now=now,
+                              message=f"environment {spec.environment!r} is no longer ready to run it")
+                return None
+            job.attempt_count += 1
+            job.wait_reason = None
+            job.restart_at = None
+            attempt = AttemptRow(job_id=job.id, number=job.attempt_count, created_at=now, master_port=master_port)
+            session.add(attempt)
+            session.flush()
+            rows, slots = self._replica_rows(session, decision, job, attempt, addresses, replica_ports)
+            token = auth.issue_token(session, name=f"job {job.id} attempt {attempt.number}", user_id=job.owner_id,
+                                     job_id=job.id)
+            switch_status(session, job, JobStatus.SCHEDULED, message=start_text(decision, spec), now=now)
+            directories = (self.settings.paths.checkpoint_directory(job.id),
+                           self.settings.paths.tensorboard_directory(job.id))
+            context = JobContext(job_id=job.id, attempt=attempt.number, api_url=self.settings.replica_api_url,
+                                 token=token, earlier_attempts=attempt.number - 1,
+                                 checkpoint_directory=str(directories[0]), master_port=master_port,
+                                 tensorboard_directory=str(directories[1]))
+            environments = replica_environments(spec, slots, context)
+            image = launches.apply_environment(spec, built, environments)
+            launch = launches.attempt_launch(job, attempt, spec, rows, environments, image, self.settings.paths,
+                                             self.blobs, directories)
+            return launch, attempt.id
+
+    def _replica_rows(self, session: Session, decision: StartJob, job: JobRow, attempt: AttemptRow,
+                      addresses: dict[str, str], replica_ports: list[int]) -> tuple[list[ReplicaRow], list[ReplicaSlot]]:
+        """One row per placement, ranks in placement order, and each replica's rendezvous slot."""
+        slots, rows = [], []
+        for rank, placement in enumerate(decision.placements):
+            name = f"{placement.role}-{placement.index}"
+            row = ReplicaRow(
+                attempt_id=attempt.id, job_id=job.id, role=placement.role, index=placement.index, rank=rank,
+                node=placement.node, cpu_ids=list(placement.cpu_ids), gpu_ids=list(placement.gpu_ids),
+                memory_bytes=placement.memory_bytes, state="pending",
+                directory=str(self.settings.paths.replica_directory(job.id, attempt.number, name)),
+            )
+            session.add(row)
+            rows.append(row)
+            slots.append(ReplicaSlot(
+                role=placement.role, index=placement.index, rank=rank, node=placement.node,
+                address=self.backend.replica_address(job.id, attempt.number, name, placement.node,
+                                                     addresses[placement.node]),
+                port=replica_ports[rank],
+                cpu_count=len(placement.cpu_ids), gpu_ids=tuple(placement.gpu_ids),
+            ))
+        session.flush()
+        return rows, slots
 
     def _abandon(self, attempt_id: int, reason: str) -> None:
         """Ends an attempt that never ran: its job fails (or is cancelled, if that was asked)."""

@@ -23,7 +23,6 @@ from __future__ import annotations
 import fcntl
 import logging
 import os
-import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import ClassVar, Literal, Protocol
@@ -34,6 +33,7 @@ from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 from sqlalchemy.pool import NullPool
 
 from mlyard.errors import MlyardError
+from mlyard.server.loop import Loop
 from mlyard.server.store.db import is_postgres, normalize_url
 
 log = logging.getLogger("mlyard.leadership")
@@ -266,8 +266,7 @@ class Leadership:
         self.acquire_interval = acquire_interval
         self.check_interval = check_interval
         self._controller: Controlling | None = None
-        self._closing = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._loop: Loop | None = None
         self._last_error: str | None = None
 
     @property
@@ -287,28 +286,30 @@ class Leadership:
         if not self._try_to_lead():
             log.info("controller: standby; another server leads (%s); trying every %gs",
                      self.lease.description, self.acquire_interval)
-        self._thread = threading.Thread(target=self._loop, name="mlyard-leadership", daemon=True)
-        self._thread.start()
+        first = self.acquire_interval if self._controller is None else self.check_interval
+        self._loop = Loop("mlyard-leadership", self._tick, retry_seconds=self.acquire_interval, first_delay=first)
+        self._loop.start()
 
     def stop(self) -> None:
-        self._closing.set()
-        if self._thread is not None:
-            self._thread.join(timeout=60)
+        if self._loop is not None:
+            self._loop.stop(timeout=60)
         self._step_down()
         self.lease.close()
 
-    def _loop(self) -> None:
-        delay = self.acquire_interval if self._controller is None else self.check_interval
-        while not self._closing.wait(delay):
-            if self._controller is None:
-                self._try_to_lead()
-                delay = self.acquire_interval
-            elif self._still_leading():
-                delay = self.check_interval
-            else:
-                log.warning("controller: lost the lease (%s); stopping the controller", self.lease.description)
-                self._step_down()
-                delay = self.acquire_interval
+    @property
+    def _closing(self) -> bool:
+        return self._loop is not None and self._loop.stopping
+
+    def _tick(self) -> float:
+        """Standby: tries for the lease. Leader: checks it is still held, and steps down if not."""
+        if self._controller is None:
+            self._try_to_lead()
+            return self.acquire_interval
+        if self._still_leading():
+            return self.check_interval
+        log.warning("controller: lost the lease (%s); stopping the controller", self.lease.description)
+        self._step_down()
+        return self.acquire_interval
 
     def _still_leading(self) -> bool:
         try:
@@ -328,7 +329,7 @@ class Leadership:
             self._last_error = str(error)
             return False
         self._last_error = None
-        if self._closing.is_set():
+        if self._closing:
             self.lease.release()
             return False
         try:
