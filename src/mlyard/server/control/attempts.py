@@ -51,6 +51,7 @@ def lock_jobs(session: Session, job_ids: set[int]) -> None:
     BEGIN IMMEDIATE already serializes the two.)"""
     if job_ids:
         session.scalars(select(JobRow).where(JobRow.id.in_(sorted(job_ids))).order_by(JobRow.id)
+                        .options(defer(JobRow.spec))  # read again without the spec: `Database.specs` has it
                         .with_for_update().execution_options(populate_existing=True)).all()
 
 

@@ -112,6 +112,11 @@ class Controller:
     def wake(self) -> None:
         self._loop.wake()
 
+    @property
+    def running(self) -> bool:
+        """Whether its loop's thread runs."""
+        return self._loop.alive
+
     # ----------------------------------------------------------------- one pass
     def reconcile_once(self) -> float:
         """One pass; returns how long to sleep before the next unless woken."""
@@ -235,6 +240,7 @@ class Controller:
             holding = holding_attempts(session)
             # Running jobs alone matter too: an elastic job may be grown into idle capacity.
             if not queued and not holding:
+                self.database.specs.retain(())
                 return False
             nodes = session.scalars(select(NodeRow)).all()
             addresses = {node.name: node.address for node in nodes}

@@ -42,7 +42,17 @@ class Supervisor:
         self.controller.wake()
 
     def start(self) -> None:
+        """Starts the controller, then the workers; if a worker cannot start, everything
+        started is stopped again before the error goes on (leadership then gives the lease up,
+        and no controller may run without it)."""
         self.controller.start()
+        try:
+            self._start_workers()
+        except BaseException:
+            self.stop()
+            raise
+
+    def _start_workers(self) -> None:
         database = self.controller.database
         # Sampling follows leadership: the leader's machine runs the local replicas it measures.
         monitor = NodeMonitor.start_for(database, self.backend, self.settings)
