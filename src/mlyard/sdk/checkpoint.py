@@ -169,7 +169,7 @@ def _serialiser() -> tuple[str, Callable[[Any, IO[bytes]], None]]:
 def _load(path: Path, map_location: Any) -> Any:
     if path.suffix == PICKLE_SUFFIX:
         with open(path, "rb") as handle:
-            return pickle.load(handle)
+            return pickle.load(handle)  # safe: in the job, on its own save()s; never the server
     import torch
 
     # The files are the job's own, in its private checkpoint directory, and states hold what

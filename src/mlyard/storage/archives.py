@@ -227,13 +227,13 @@ def extract_snapshot(archive: Path, target: Path) -> None:
 
 def _extract(archive: tarfile.TarFile, target: Path, members: list[tarfile.TarInfo]) -> None:
     if hasattr(tarfile, "data_filter"):
-        archive.extractall(target, members=members, filter="data")
+        archive.extractall(target, members=members, filter="data")  # safe: validated members, data filter
         return
     # Python 3.11.0 to 3.11.3 (Debian 12 ships 3.11.2) has no extraction filters: the
     # validated members are given what the `data` filter would give them instead, since
     # without it a root server would hand files to the archive's owners and set-id bits.
     directories = 0o777 & ~_umask()
-    archive.extractall(target, members=[_as_data(member, directories) for member in members],
+    archive.extractall(target, members=[_as_data(member, directories) for member in members],  # safe: validated
                        numeric_owner=True)
 
 

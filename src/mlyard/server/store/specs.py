@@ -32,7 +32,7 @@ class SpecCache:
         self._specs: OrderedDict[int, JobSpec] = OrderedDict()
         self._lock = threading.Lock()
         self.parsed = 0
-        """How many specs were parsed so far (tests and the controller bench read it)."""
+        """How many specs were parsed so far (the tests read it)."""
 
     def of(self, job: JobRow) -> JobSpec:
         """The job's spec; parsed from the row (loading a deferred column) the first time."""
