@@ -58,10 +58,23 @@ class Visit:
         self.context = browser.new_context(base_url=server.url, viewport={"width": 1366, "height": 900})
         self.context.set_default_timeout(20_000)
         self.page = self.context.new_page()
+        # Every page must keep to the server's Content-Security-Policy: a violation is an error
+        # in the console (Chromium's own report, and one from the event, which names the directive).
+        self.csp_violations: list[str] = []
+        self.page.add_init_script('document.addEventListener("securitypolicyviolation", (event) => console.error('
+                                  '`CSP violation: ${event.violatedDirective} ${event.blockedURI}`))')
+        self.page.on("console", self._console)
         self.folder = ARTIFACTS / re.sub(r"[^\w.-]+", "-", name).strip("-")
         shutil.rmtree(self.folder, ignore_errors=True)
         self.folder.mkdir(parents=True)
         self.shots = 0
+
+    def _console(self, message) -> None:
+        if "CSP violation" in message.text or "Content Security Policy" in message.text:
+            self.csp_violations.append(message.text)
+
+    def session_cookies(self) -> list[dict]:
+        return [cookie for cookie in self.context.cookies() if cookie["name"].endswith("mlyard_session")]
 
     def shot(self, label: str) -> None:
         self.shots += 1
@@ -89,6 +102,7 @@ def visit(browser, web_server: RunningServer, request: pytest.FixtureRequest) ->
     tab = Visit(browser, web_server, request.node.name)
     yield tab
     tab.context.close()
+    assert not tab.csp_violations, f"the page broke its Content-Security-Policy: {tab.csp_violations}"
 
 
 def run_job(server: RunningServer, name: str, code: str, *options: str) -> int:

@@ -84,6 +84,9 @@ def start_server(home: Path, *, database: str = "sqlite", **environment: str) ->
                 "MLYARD_CONFIG_DIR": str(home / "cli-config")})
     if database == "postgresql" and "MLYARD_DATABASE_URL" not in environment:
         env["MLYARD_DATABASE_URL"] = postgres.create_database()
+    # "off" unless a test asks otherwise: as root, "auto" refuses to start where per-user job
+    # accounts cannot run Python, and this machine's Python lives under a closed /root.
+    env["MLYARD_JOB_USERS"] = "off"
     env.update(environment)
     server = RunningServer(home=home, port=free_port(), env=env)
     server.env["MLYARD_PORT"] = str(server.port)

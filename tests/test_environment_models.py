@@ -42,8 +42,8 @@ def test_the_containerfile_installs_apt_then_pip_and_labels_the_hash() -> None:
     text = containerfile(wanted, "abc123")
     lines = text.splitlines()
     assert lines[0] == "FROM python:3.11-slim"
-    assert "apt-get install -y --no-install-recommends libgl1" in text
-    assert text.index("apt-get") < text.index("pip install")
+    assert "apt-get install -y --no-install-recommends -- libgl1" in text
+    assert text.index("apt-get") < text.index('"pip", "install"')
     assert lines[-1] == 'LABEL mlyard.environment.hash="abc123"'
     assert "COPY" not in containerfile(request(), "h"), "nothing to copy without requirements"
 

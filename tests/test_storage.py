@@ -369,7 +369,7 @@ def test_data_filter_is_a_second_line_of_defence(
 ) -> None:
     from mlyard.storage import archives
 
-    def accept_everything(archive: tarfile.TarFile) -> list[tarfile.TarInfo]:
+    def accept_everything(archive: tarfile.TarFile, _limits: object) -> list[tarfile.TarInfo]:
         return archive.getmembers()
 
     monkeypatch.setattr(archives, "_validate_members", accept_everything)
@@ -427,15 +427,15 @@ def test_truncated_archive_is_rejected(tmp_path: Path) -> None:
         validate_archive(truncated)
 
 
-def test_too_many_members(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from mlyard.storage import archives
+def test_too_many_members(tmp_path: Path) -> None:
+    from mlyard.storage import UnpackLimits
 
-    monkeypatch.setattr(archives, "MAX_ARCHIVE_MEMBERS", 3)
+    limits = UnpackLimits(max_members=3)
     archive = build_archive(tmp_path / "many.tar.gz", [regular(f"f{index}") for index in range(4)])
     with pytest.raises(SnapshotError, match="more than 3 members"):
-        validate_archive(archive)
+        validate_archive(archive, limits=limits)
     three = build_archive(tmp_path / "three.tar.gz", [regular(f"f{index}") for index in range(3)])
-    assert validate_archive(three) == 3
+    assert validate_archive(three, limits=limits) == 3
 
 
 # --------------------------------------------------------------------------- blob store

@@ -38,6 +38,11 @@ _DURATION_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
 _ZERO_DURATION = re.compile(r"^\s*0+(\.0*)?\s*[smhd]?\s*$")
 NAME_PATTERN = r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$"
+MAX_ENV_SECRETS = 64
+MAX_SECRET_BYTES = 4096
+"""The longest value of an `env_secrets` variable, as submitted."""
+MAX_STORED_SECRET = 8192
+"""The longest value the spec holds: stored, a secret is its encrypted form, a third longer."""
 
 
 def parse_memory(value: int | float | str) -> int:
@@ -187,6 +192,11 @@ class JobSpec(_Strict):
     roles: list[Role] = Field(default_factory=lambda: [Role()], min_length=1)
     framework: Framework = "none"
     env: dict[str, str] = Field(default_factory=dict)
+    env_secrets: dict[str, str] = Field(
+        default_factory=dict, max_length=MAX_ENV_SECRETS,
+        description="environment variables whose values are secret: stored encrypted with the server's key, "
+        "shown to nobody (the API shows \"(secret)\"), given only to the replicas",
+    )
     max_runtime: float | None = Field(default=None, description="seconds; accepts 90s, 10m, 2h")
     preemption_grace: float | None = Field(
         default=None,
@@ -254,6 +264,19 @@ class JobSpec(_Strict):
                 raise ValueError(f"{key!r} is not a valid environment variable name")
         return value
 
+    @field_validator("env_secrets")
+    @classmethod
+    def _env_secrets(cls, value: dict[str, str]) -> dict[str, str]:
+        for key, secret in value.items():
+            if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", key):
+                raise ValueError(f"{key!r} is not a valid environment variable name")
+            if key.startswith("MLYARD_"):
+                raise ValueError(f"{key!r}: the MLYARD_ variables are set by mlyard")
+            # Never the value in a message: it would land in answers and logs.
+            if len(secret) > MAX_STORED_SECRET:
+                raise ValueError(f"{key!r}: a secret value holds at most {MAX_SECRET_BYTES} bytes")
+        return value
+
     @model_validator(mode="after")
     def _roles(self) -> JobSpec:
         names = [role.name for role in self.roles]
@@ -264,6 +287,9 @@ class JobSpec(_Strict):
             raise ValueError("an elastic job has exactly one role")
         if self.image is not None and self.environment is not None:
             raise ValueError("name an image or an environment, not both")
+        plain = set(self.env).union(*(role.env for role in self.roles))
+        if both := sorted(plain & set(self.env_secrets)):
+            raise ValueError(f"{', '.join(both)}: set in env and in env_secrets; keep one")
         return self
 
     @property

@@ -38,8 +38,9 @@ def test_account_names_are_valid_distinct_and_short() -> None:
         assert name.startswith("mlyard-h") and len(name) <= 32 and "." not in name
 
 
-def test_off_keeps_every_job_on_the_servers_account(tmp_path: Path) -> None:
-    assert resolve("off", tmp_path / "home") == (None, None)
+def test_off_keeps_every_job_on_the_servers_account_and_says_so(tmp_path: Path) -> None:
+    me = pwd.getpwuid(os.geteuid()).pw_name
+    assert resolve("off", tmp_path / "home") == (None, f"jobs run as: {me} (MLYARD_JOB_USERS=off)")
 
 
 @pytest.fixture
@@ -66,27 +67,32 @@ def test_per_user_refuses_a_home_other_accounts_cannot_reach(open_directory: Pat
 
 
 @as_root
-def test_auto_falls_back_with_the_reason(open_directory: Path) -> None:
-    accounts, note = resolve("auto", closed_home(open_directory))
-    assert accounts is None and "jobs of every user run as root" in note and "closed to other accounts" in note
+def test_auto_as_root_refuses_what_would_run_jobs_as_root_and_says_how_to_fix_it(open_directory: Path) -> None:
+    with pytest.raises(MlyardError, match="closed to other accounts") as refused:
+        resolve("auto", closed_home(open_directory))
+    assert "MLYARD_JOB_USERS=off to run every job as root" in str(refused.value)
 
     hidden_python = open_directory / "closed" / "python3"
     hidden_python.write_text("")
     os.chmod(hidden_python, 0o755)
-    accounts, note = resolve("auto", open_directory / "home", python=str(hidden_python))
-    assert accounts is None and f"Python {hidden_python} cannot be run by other accounts" in note
+    with pytest.raises(MlyardError, match=f"Python {hidden_python} cannot be run by other accounts") as refused:
+        resolve("auto", open_directory / "home", python=str(hidden_python))
+    assert f"chmod o+x {open_directory / 'closed'}" in str(refused.value)
 
     visible_python = open_directory / "python3"
     visible_python.write_text("")
     os.chmod(visible_python, 0o755)
-    accounts, note = resolve("auto", open_directory / "home", python=str(visible_python))
     if shutil.which("useradd") is not None:
-        assert note is None and accounts.homes == open_directory / "home" / "homes"
+        accounts, note = resolve("auto", open_directory / "home", python=str(visible_python))
+        assert note == "jobs run as: per-user OS accounts (mlyard-<user>)"
+        assert accounts.homes == open_directory / "home" / "homes"
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="runs as an unprivileged server")
 def test_an_unprivileged_server_has_no_accounts_to_separate(tmp_path: Path) -> None:
-    assert resolve("auto", tmp_path / "home") == (None, None)
+    me = pwd.getpwuid(os.geteuid()).pw_name
+    accounts, note = resolve("auto", tmp_path / "home")
+    assert accounts is None and note.startswith(f"jobs run as: {me}, the server's own account")
     with pytest.raises(MlyardError, match="does not run as root"):
         resolve("per-user", tmp_path / "home")
 
@@ -102,10 +108,24 @@ def test_with_one_account_the_servers_home_is_private(tmp_path: Path) -> None:
 @pytest.mark.parametrize(("variable", "value", "message"), [
     ("job_users", "always", "MLYARD_JOB_USERS='always': choose one of auto, per-user, off"),
     ("job_user_prefix", "Lab ", "MLYARD_JOB_USER_PREFIX='Lab ': up to 16 lowercase letters"),
+    ("job_isolation", "chroot", "MLYARD_JOB_ISOLATION='chroot': choose one of namespace, none"),
+    ("job_env_passthrough", ("A=B",), "MLYARD_JOB_ENV_PASSTHROUGH: 'A=B' is not a variable name"),
 ])
 def test_bad_settings_are_named(tmp_path: Path, variable: str, value: str, message: str) -> None:
     with pytest.raises(MlyardError, match=message.replace("(", r"\(")):
         ServerSettings(paths=Paths(tmp_path), **{variable: value})
+
+
+def test_a_server_that_cannot_hide_its_home_from_jobs_refuses_to_start_unless_told(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from mlyard.runtime import hide_home
+
+    monkeypatch.setattr(hide_home, "probe", lambda: "unshare: Operation not permitted")
+    with pytest.raises(MlyardError, match="cannot be made here .unshare: Operation not permitted.") as refused:
+        job_accounts.check(ServerSettings(paths=Paths(tmp_path), job_users="off"))
+    assert "MLYARD_JOB_ISOLATION=none" in str(refused.value)
+    accounts, note = job_accounts.check(ServerSettings(paths=Paths(tmp_path), job_users="off", job_isolation="none"))
+    assert accounts is None and note.startswith("jobs run as: ")
 
 
 def test_a_replica_of_another_account_inherits_nothing_secret(monkeypatch: pytest.MonkeyPatch) -> None:

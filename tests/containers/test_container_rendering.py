@@ -47,7 +47,10 @@ def backend(runtime: str = "auto") -> LocalBackend:
     return LocalBackend(cpus=1, containers=container_replicas(runtime, NO_ENGINE))
 
 
-def test_a_replica_mounts_only_its_code_read_only_and_its_jobs_own_directories(tmp_path: Path) -> None:
+def test_a_replica_mounts_only_its_code_read_only_and_its_jobs_own_directories(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MLYARD_DATABASE_URL", "postgresql://mlyard:canary@db/mlyard")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "canary")
     launch = attempt(tmp_path, replica(tmp_path))
     [plan] = backend().dryrun(launch)
     arguments = plan["container"]
@@ -61,6 +64,8 @@ def test_a_replica_mounts_only_its_code_read_only_and_its_jobs_own_directories(t
     assert not {"mounts", "binds", "devices", "volumes_from"} & set(arguments)
     # The checkpoint directory means the same path inside as the variable says.
     assert arguments["environment"]["MLYARD_CHECKPOINT_DIR"] == str(tmp_path / "checkpoints" / "7")
+    # The job's variables and a HOME: nothing of the server's environment.
+    assert set(arguments["environment"]) == {"RANK", "MLYARD_CHECKPOINT_DIR", "HOME"}
 
 
 def test_a_replica_runs_unprivileged_as_nobody_without_capabilities(tmp_path: Path) -> None:

@@ -15,7 +15,7 @@ from conftest import MLYARD, RunningServer, wait_until
 from mlyard.api.audit import AuditEvent
 from mlyard.client import ClientError
 from mlyard.spec import JobStatus
-from mlyard.web.session import COOKIE, csrf_token
+from web_login import log_in_form, web_session
 
 HOLD = {"quota": {"gpu": 0, "cpu": 0, "memory": 0}, "borrow_limit": {"gpu": 0, "cpu": 0, "memory": 0}}
 """A queue whose jobs wait: a submission stays cancellable."""
@@ -97,10 +97,11 @@ def test_a_failed_login_a_refusal_and_an_unknown_path_are_recorded_too(server: R
 
 
 def test_reading_and_reporting_metrics_leave_no_row(server: RunningServer) -> None:
-    with server.client() as client:
+    with server.client() as client, httpx.Client(base_url=server.url) as browser:
         job = client.submit({"name": "measured", "command": ["sleep", "120"],
                              "roles": [{"resources": {"cpu": 1, "memory": "64Mi"}}]})
         wait_until(lambda: client.job(job.id).status == JobStatus.RUNNING, 60, "the job to run")
+        web_session(browser, server.token())
         marker = newest_id(server)
         client.report(job.id, 1, {"loss": 0.5})  # measurements, many a minute: not actions
         assert client.metrics(job.id).points
@@ -108,11 +109,9 @@ def test_reading_and_reporting_metrics_leave_no_row(server: RunningServer) -> No
         client.queues()
         client.whoami()
         client.audit()
-    with httpx.Client(base_url=server.url, cookies={COOKIE: server.token()}) as browser:
         assert browser.get("/jobs").status_code == 200
         assert browser.head("/api/v1/health").status_code in (200, 405)
-    assert events_after(server, marker) == []
-    with server.client() as client:
+        assert events_after(server, marker) == []
         client.cancel(job.id)
 
 
@@ -125,11 +124,11 @@ def test_the_web_pages_forms_are_recorded_with_the_logged_in_user(server: Runnin
     token = server.token()
     marker = newest_id(server)
     with httpx.Client(base_url=server.url) as browser:
-        assert browser.post("/login", data={"user": "admin", "password": "wrong password"}).status_code == 401
-        assert browser.post("/login", data={"token": token, "next": "/jobs"}).status_code == 303
+        assert log_in_form(browser, user="admin", password="wrong password").status_code == 401
+        csrf = web_session(browser, token)
         assert browser.post(f"/jobs/{job.id}/cancel", data={"csrf": "0" * 64}).status_code == 403
-        assert browser.post(f"/jobs/{job.id}/cancel", data={"csrf": csrf_token(token)}).status_code == 303
-        assert browser.post("/logout", data={"csrf": csrf_token(token)}).status_code == 303
+        assert browser.post(f"/jobs/{job.id}/cancel", data={"csrf": csrf}).status_code == 303
+        assert browser.post("/logout", data={"csrf": csrf}).status_code == 303
     assert [summary(event) for event in events_after(server, marker)] == [
         ("anonymous", "POST", "/login", "/login", 401, "127.0.0.1"),
         ("anonymous", "POST", "/login", "/login", 303, "127.0.0.1"),

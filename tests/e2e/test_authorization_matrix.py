@@ -72,10 +72,12 @@ class World:
         return digest
 
     def fresh_environment(self) -> str:
-        """An environment of `member`'s (apt packages: without an engine it fails at once, cheaply)."""
+        """An environment of P's, built by its maintainer (apt packages: without an engine it
+        fails at once, cheaply)."""
         name = f"env-{next(_counter)}-{self.server.port}"
-        with self.http("member") as http:
-            answer = http.post("/environments", json={"name": name, "base": "busybox", "apt": ["curl"]})
+        with self.http("maintainer") as http:
+            answer = http.post("/environments", json={"name": name, "project": self.project, "base": "busybox",
+                                                      "apt": ["curl"]})
         assert answer.status_code == 202, answer.text
         return name
 
@@ -141,13 +143,15 @@ RULES: dict[str, Rule] = {
     "DELETE /api/v1/projects/{name}/snapshots/{digest}": Rule(
         MAINTAINERS, lambda w, h: h.delete(f"/projects/{w.project}/snapshots/{w.fresh_snapshot()}"),
         hidden_from=frozenset({"outsider"})),
-    # Environments hold no project: anyone builds and reads them; their creator and admins remove them.
+    # Environments belong to a project: its readers see them, its maintainers build and remove them.
     "GET /api/v1/environments": Rule(ANY_USER, _get("/environments")),
-    "POST /api/v1/environments": Rule(ANY_USER, lambda w, h: h.post("/environments", json={
-        "name": f"me-{next(_counter)}-{w.server.port}", "base": "busybox", "apt": ["curl"]})),
-    "GET /api/v1/environments/{name}": Rule(ANY_USER, lambda w, h: h.get(f"/environments/{w.fresh_environment()}")),
+    "POST /api/v1/environments": Rule(MAINTAINERS, lambda w, h: h.post("/environments", json={
+        "name": f"me-{next(_counter)}-{w.server.port}", "project": w.project, "base": "busybox", "apt": ["curl"]})),
+    "GET /api/v1/environments/{name}": Rule(PROJECT_READERS, lambda w, h: h.get(
+        f"/environments/{w.fresh_environment()}"), hidden_from=frozenset({"outsider"})),
     "DELETE /api/v1/environments/{name}": Rule(
-        frozenset({"member", "admin"}), lambda w, h: h.delete(f"/environments/{w.fresh_environment()}")),
+        MAINTAINERS, lambda w, h: h.delete(f"/environments/{w.fresh_environment()}"),
+        hidden_from=frozenset({"outsider"})),
     "GET /api/v1/jobs": Rule(ANY_USER, _get("/jobs?all=true")),
     "POST /api/v1/jobs": Rule(PROJECT_WRITERS, lambda w, h: h.post("/jobs", json={
         "name": "matrix-submit", "project": w.project, "command": ["true"], "roles": [{"resources": {"cpu": 1}}]})),
@@ -175,7 +179,7 @@ RULES: dict[str, Rule] = {
     "PUT /api/v1/queues/{name}": Rule(
         MAINTAINERS, lambda w, h: h.put(f"/queues/{w.fresh_queue()}", json={"weight": 2})),
     "DELETE /api/v1/queues/{name}": Rule(MAINTAINERS, lambda w, h: h.delete(f"/queues/{w.fresh_queue()}")),
-    # Snapshots are content-addressed and hold no project: any user may upload and ask.
+    # Any user may upload; asking answers 404 unless the caller may name the digest (none may here).
     "PUT /api/v1/snapshots/{digest}": Rule(
         ANY_USER, lambda w, h: h.put(f"/snapshots/{'0' * 64}", content=b"not a tarball",
                                      headers={"Content-Type": "application/gzip"})),

@@ -1,5 +1,6 @@
-"""Environments on a server without a container engine: built as virtualenvs once per content,
-named by jobs, refused clearly when unknown or unbuildable."""
+"""Environments on a server without a container engine: built as virtualenvs once per content
+from the package index the administrator set, named by jobs, refused clearly when unknown or
+unbuildable."""
 
 from __future__ import annotations
 
@@ -18,9 +19,11 @@ VALUE = "tiny-42"
 @pytest.fixture(scope="module", params=DATABASES)
 def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
     """Without containers (MLYARD_RUNTIME=process), even where an engine runs: environments
-    become virtualenvs (tests/containers/ builds them as images)."""
+    become virtualenvs (tests/containers/ builds them as images). Packages come from a local
+    index; builds run as the server's account, since this machine's Python is closed to others."""
+    index = package_index(tmp_path_factory.mktemp("index"))
     running = start_server(tmp_path_factory.mktemp(f"mlyard-envs-{request.param}"), database=request.param,
-                           MLYARD_RUNTIME="process")
+                           MLYARD_RUNTIME="process", MLYARD_PIP_INDEX_URL=index.as_uri(), MLYARD_BUILD_USER="server")
     yield running
     stop_server(running)
 
@@ -42,6 +45,16 @@ def tiny_wheel(directory: Path) -> Path:
     return wheel
 
 
+def package_index(directory: Path) -> Path:
+    """A PEP 503 index on disk holding the tiny wheel (pip reads `index.html` of a file: URL)."""
+    project = directory / "simple" / "tinyenvpkg"
+    project.mkdir(parents=True)
+    wheel = tiny_wheel(project)
+    (directory / "simple" / "index.html").write_text('<a href="tinyenvpkg/">tinyenvpkg</a>\n')
+    (project / "index.html").write_text(f'<a href="{wheel.name}">{wheel.name}</a>\n')
+    return directory / "simple"
+
+
 def build(server: RunningServer, name: str, *options: str):
     return server.cli("env", "build", name, "--from", "python:3.11-slim", *options, "--output", "json")
 
@@ -49,7 +62,7 @@ def build(server: RunningServer, name: str, *options: str):
 def test_an_environment_is_built_once_and_jobs_run_in_it(server: RunningServer, tmp_path: Path) -> None:
     name, twin = f"tiny-{server.port}", f"twin-{server.port}"
     requirements = tmp_path / "requirements.txt"
-    requirements.write_text(f"{tiny_wheel(tmp_path)}\n")
+    requirements.write_text("# from the administrator's index\ntinyenvpkg==1.0\n")
 
     first = build(server, name, "--requirements", str(requirements))
     assert first.returncode == 0, first.stderr
@@ -66,6 +79,7 @@ def test_an_environment_is_built_once_and_jobs_run_in_it(server: RunningServer, 
     assert marker.stat().st_mtime_ns == stamp, "the second and third builds built nothing"
     shown = server.cli("env", "show", name, check=True).stdout
     assert "-m venv" in shown and "Successfully installed tinyenvpkg-1.0" in shown
+    assert "--only-binary :all:" in shown, "no source builds unless the administrator allows them"
     listed = server.cli("env", "ls", check=True).stdout
     assert name in listed and twin in listed
 

@@ -143,3 +143,8 @@ def test_an_account_that_mlyard_did_not_create_is_never_used(isolated_server: Ru
     detail = json.loads(as_user(server, carol, "show", str(job), "--output", "json").stdout)
     assert detail["status"] == "FAILED"
     assert f"OS account '{PREFIX}{name}' exists but was not created for mlyard user" in json.dumps(detail)
+
+
+def test_mlyard_nodes_says_jobs_run_under_per_user_accounts(isolated_server: RunningServer) -> None:
+    shown = " ".join(isolated_server.cli("nodes", check=True).stdout.split())
+    assert f"jobs run as: per-user OS accounts ({PREFIX}<user>)" in shown

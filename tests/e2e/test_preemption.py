@@ -100,7 +100,7 @@ def test_a_low_priority_job_is_preempted_for_a_high_priority_one_and_resumes_fro
 
 def test_a_policy_the_server_cannot_run_stops_it_from_starting(tmp_path: Path) -> None:
     environment = {"MLYARD_HOME": str(tmp_path / "home"), "MLYARD_SCHEDULER_POLICY": "srtf-oracle",
-                   "PATH": "/usr/bin:/bin"}
+                   "MLYARD_JOB_USERS": "off", "PATH": "/usr/bin:/bin"}
     result = subprocess.run([MLYARD, "server", "start"], env=environment, capture_output=True, text=True,
                             timeout=60, check=False)
     assert result.returncode == 1

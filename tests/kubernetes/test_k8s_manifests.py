@@ -8,6 +8,7 @@ import re
 import shutil
 import subprocess
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 import yaml
@@ -18,6 +19,7 @@ from test_k8s_render import ddp_two_replicas
 from mlyard.backends.base import ReplicaRef
 from mlyard.backends.kubernetes.backend import KubernetesBackend
 from mlyard.backends.kubernetes.settings import KubernetesSettings
+from mlyard.server.http.allowed_hosts import parse_hosts
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy" / "kubernetes"
 
@@ -144,5 +146,15 @@ def test_the_configmap_holds_settings_the_backend_accepts_and_the_volume_it_moun
 
 def test_the_server_is_probed_on_its_health_endpoint():
     container = by_kind("Deployment", "mlyard")["spec"]["template"]["spec"]["containers"][0]
+    allowed = parse_hosts(by_kind("ConfigMap", "mlyard-config")["data"]["MLYARD_ALLOWED_HOSTS"])
     for probe in ("livenessProbe", "readinessProbe"):
         assert container[probe]["httpGet"]["path"] == "/api/v1/health"
+        (host,) = [header["value"] for header in container[probe]["httpGet"]["httpHeaders"] if header["name"] == "Host"]
+        assert host in allowed  # a probe with the pod's address as its Host would get 400
+
+
+def test_the_allowed_hosts_name_the_ingress_and_the_service_replicas_reach():
+    config = by_kind("ConfigMap", "mlyard-config")["data"]
+    allowed = parse_hosts(config["MLYARD_ALLOWED_HOSTS"])
+    assert urlsplit(config["MLYARD_JOB_API_URL"]).hostname in allowed
+    assert {rule["host"] for rule in by_kind("Ingress", "mlyard")["spec"]["rules"]} <= set(allowed)

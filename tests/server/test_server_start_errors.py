@@ -15,7 +15,10 @@ from conftest import free_port
 def start(home: Path, **environment: str) -> subprocess.CompletedProcess[str]:
     env = {key: value for key, value in os.environ.items()
            if not key.startswith(("MLYARD_", "KUBERNETES_", "KUBECONFIG", "DOCKER_HOST"))}
-    env.update(HOME=str(home), MLYARD_HOME=str(home / "mlyard"), MLYARD_PORT=str(free_port()), **environment)
+    # MLYARD_JOB_USERS=off unless given: as root, "auto" refuses where job accounts cannot run Python.
+    env.update(HOME=str(home), MLYARD_HOME=str(home / "mlyard"), MLYARD_PORT=str(free_port()),
+               MLYARD_JOB_USERS="off")
+    env.update(environment)
     return subprocess.run([sys.executable, "-m", "mlyard.server"], env=env, capture_output=True, text=True,
                           timeout=60, check=False)
 

@@ -14,6 +14,7 @@ VENDOR = PACKAGE / "web" / "static" / "vendor"
 FILES = {
     "htmx.org": ["htmx.min.js", "LICENSE"],
     "uplot": ["uPlot.iife.min.js", "uPlot.min.css", "LICENSE"],
+    "swagger-ui-dist": ["swagger-ui-bundle.js", "swagger-ui.css", "LICENSE"],
 }
 
 

@@ -30,19 +30,20 @@ def test_a_wrong_token_shows_an_error_and_sets_no_cookie(visit: Visit) -> None:
     visit.page.get_by_role("button", name="Log in with the token").click()
     expect(visit.page.locator("#login-error")).to_have_text("invalid or revoked token")
     visit.shot("refused")
-    assert visit.context.cookies() == []
+    assert visit.session_cookies() == []
 
 
-def test_logging_in_keeps_the_token_in_a_strict_httponly_cookie_until_logout(visit: Visit,
+def test_logging_in_keeps_a_session_of_its_own_in_a_strict_httponly_cookie_until_logout(visit: Visit,
                                                                              web_server: RunningServer) -> None:
     visit.log_in(web_server.token())
     (cookie,) = visit.context.cookies()
-    assert (cookie["name"], cookie["httpOnly"], cookie["sameSite"]) == ("mlyard_token", True, "Strict")
+    assert (cookie["name"], cookie["httpOnly"], cookie["sameSite"]) == ("mlyard_session", True, "Strict")
+    assert cookie["value"] != web_server.token()  # a session of its own, not the API token
     assert visit.page.evaluate("document.cookie") == ""  # out of reach of scripts
     visit.shot("jobs")
     visit.page.get_by_role("button", name="Log out").click()
     expect(visit.page).to_have_url(re.compile(r"/login$"))
-    assert visit.context.cookies() == []
+    assert visit.session_cookies() == []
     visit.page.goto("/jobs")
     expect(visit.page).to_have_url(re.compile(r"/login"))
     visit.shot("logged-out")
@@ -154,7 +155,7 @@ def test_a_user_logs_in_with_a_password_and_logging_out_ends_the_session(visit: 
     visit.log_in_with_password(user, "wrong password")
     expect(visit.page.locator("#login-error")).to_have_text("wrong user name or password")
     expect(visit.page.locator("#user")).to_have_value(user)  # kept, only the password is typed again
-    assert visit.context.cookies() == []
+    assert visit.session_cookies() == []
     visit.shot("refused")
     visit.log_in_with_password(user, "browser pass 1")
     expect(visit.page).to_have_url(re.compile(r"/jobs$"))

@@ -68,7 +68,8 @@ class NewToken(_Input):
 class TokenInfo(BaseModel):
     id: int
     name: str
-    kind: str = Field(description="api (made by a person), session (a browser login)")
+    kind: str = Field(description="api (made by a person), login (`mlyard login` with a password), "
+                                  "session (a browser login)")
     user: str
     created_at: float
     expires_at: float | None

@@ -9,6 +9,9 @@ from typing import Annotated
 
 from pydantic import BaseModel, Field
 
+# How a node's notes begin the line that says which OS account its replicas run as.
+JOBS_RUN_AS = "jobs run as: "
+
 
 class GpuInfo(BaseModel):
     index: int

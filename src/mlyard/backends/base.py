@@ -53,6 +53,9 @@ class ReplicaLaunch:
     """The container image a backend that runs containers starts (the job's `image`); None:
     the backend's default. The local backend runs such a replica in a container of its engine,
     and one without an image as a process."""
+    secret_names: frozenset[str] = frozenset()
+    """The variables of `env` that hold the job's `env_secrets`: a backend that writes the
+    environment where others read it (a Pod's spec) passes these by reference instead."""
 
 
 @dataclass(frozen=True)

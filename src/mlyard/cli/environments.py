@@ -22,6 +22,7 @@ from mlyard.errors import MlyardError
 env_app = typer.Typer(help="Environments: a base image plus apt and pip packages, built once per content; "
                            "jobs name one with `environment: NAME`.")
 NameArgument = Annotated[str, typer.Argument(help="the environment's name", metavar="NAME")]
+ProjectOption = Annotated[str | None, typer.Option(help="the project it belongs to (default: default)")]
 POLL_SECONDS = 0.5
 
 
@@ -36,12 +37,15 @@ def _describe(environment: EnvironmentInfo) -> str:
 def build(
     name: NameArgument,
     base: Annotated[str, typer.Option("--from", help="the image it starts from, e.g. python:3.11-slim")],
-    requirements: Annotated[Path | None, typer.Option(help="a pip requirements file")] = None,
+    requirements: Annotated[Path | None, typer.Option(
+        help="a file of PEP 508 requirements, one a line (no options, paths or URLs)")] = None,
     apt: Annotated[list[str] | None, typer.Option(help="a Debian package to install (repeat for more)")] = None,
+    project: ProjectOption = None,
     wait: Annotated[bool, typer.Option(help="follow the build until it ends")] = True,
     output: OutputOption = OutputFormat.table,
 ) -> None:
-    """Build an environment (or find it built: the same inputs are never built twice)."""
+    """Build an environment of a project you maintain (or find it built: the same inputs are
+    never built twice). Packages come from the index the administrator set."""
     text = None
     if requirements is not None:
         try:
@@ -49,7 +53,8 @@ def build(
         except OSError as error:
             raise UsageError(f"--requirements {requirements}: {error.strerror}") from None
     try:
-        request = EnvironmentRequest(name=name, base=base, requirements=text, apt=apt or [])
+        fields = {"project": project} if project else {}
+        request = EnvironmentRequest(name=name, base=base, requirements=text, apt=apt or [], **fields)
     except ValidationError as error:
         raise UsageError(f"invalid environment: {summarize(field_errors(error.errors()))}") from None
     with Client() as client:
@@ -78,19 +83,20 @@ def _follow(client: Client, environment: EnvironmentInfo) -> EnvironmentInfo:
 
 
 @env_app.callback(invoke_without_command=True)
-def environments(context: typer.Context, output: OutputOption = OutputFormat.table) -> None:
-    """List the environments."""
+def environments(context: typer.Context, project: Annotated[str | None, typer.Option(
+        help="only this project's")] = None, output: OutputOption = OutputFormat.table) -> None:
+    """List the environments of your projects."""
     if context.invoked_subcommand is not None:
         return
     with Client() as client:
-        found = client.environments()
+        found = client.environments(project)
     if output is OutputFormat.json:
         print_json(found)
         return
-    table = Table("Name", "Status", "Kind", "Base", "Packages", "Built", "By")
+    table = Table("Name", "Project", "Status", "Kind", "Base", "Packages", "Built", "By")
     for environment in found:
         packages = len((environment.requirements or "").splitlines()) + len(environment.apt)
-        table.add_row(environment.name, environment.status + (" (cached)" if environment.cached else ""),
+        table.add_row(environment.name, environment.project, environment.status + (" (cached)" if environment.cached else ""),
                       environment.kind or "-", environment.base, str(packages), ago(environment.built_at),
                       environment.created_by or "-")
     console.print(table)
@@ -116,7 +122,7 @@ def show(name: NameArgument, output: OutputOption = OutputFormat.table) -> None:
 
 @env_app.command("rm")
 def remove(name: NameArgument) -> None:
-    """Remove an environment (its creator, administrators)."""
+    """Remove an environment (maintainers of its project, administrators)."""
     with Client() as client:
         client.remove_environment(name)
     console.print(f"environment {name} removed")

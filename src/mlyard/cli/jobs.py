@@ -25,6 +25,7 @@ from mlyard.cli.output import (
 from mlyard.cli.resources import current_usage
 from mlyard.cli.submission import (
     UsageError,
+    add_secret_env,
     apply_overrides,
     load_spec_file,
     upload_code,
@@ -38,6 +39,9 @@ MaxCodeSizeOption = Annotated[str, typer.Option(
     envvar="MLYARD_MAX_SNAPSHOT", help="largest code directory to upload, e.g. 500Mi (the server has its own limit)",
 )]
 JobArgument = Annotated[int, typer.Argument(help="the job's id", metavar="JOB")]
+SecretEnvOption = Annotated[list[str] | None, typer.Option(
+    "--secret-env", metavar="NAME", help="pass this variable of your environment to the replicas as a secret "
+    "(env_secrets: stored encrypted, never shown); repeat for more")]
 
 
 def _submit_and_report(spec_data: dict, *, context: Path, no_code: bool, follow: bool, output: OutputFormat,
@@ -113,9 +117,10 @@ def submit(
     follow: Annotated[bool, typer.Option("--follow", "-f", help="stream logs until the job ends")] = False,
     output: OutputOption = OutputFormat.table,
     max_code_size: MaxCodeSizeOption = "200Mi",
+    secret_env: SecretEnvOption = None,
 ) -> None:
     """Submit a job from a spec file; the working directory is uploaded as its code."""
-    data = apply_overrides(load_spec_file(file), set_values or [])
+    data = add_secret_env(apply_overrides(load_spec_file(file), set_values or []), secret_env or [])
     _submit_and_report(data, context=context, no_code=no_code, follow=follow, output=output,
                        max_code_size=max_code_size)
 
@@ -138,6 +143,7 @@ def run(
     follow: Annotated[bool, typer.Option("--follow", "-f", help="stream logs until the job ends")] = False,
     output: OutputOption = OutputFormat.table,
     max_code_size: MaxCodeSizeOption = "200Mi",
+    secret_env: SecretEnvOption = None,
 ) -> None:
     """Run a command as a job without writing a spec file."""
     data = {
@@ -150,7 +156,7 @@ def run(
         data["interactive"] = True
     if idle_timeout is not None:
         data["idle_timeout"] = idle_timeout
-    data = apply_overrides(data, set_values or [])
+    data = add_secret_env(apply_overrides(data, set_values or []), secret_env or [])
     _submit_and_report(data, context=context, no_code=no_code, follow=follow, output=output,
                        max_code_size=max_code_size)
 

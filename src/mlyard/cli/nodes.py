@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from rich.markup import escape
+
+from mlyard.api.nodes import JOBS_RUN_AS
 from mlyard.cli.jobs import OutputOption
 from mlyard.cli.output import OutputFormat, console, print_json, nodes_table
 from mlyard.client import Client
@@ -15,3 +18,8 @@ def nodes(output: OutputOption = OutputFormat.table) -> None:
         print_json(found)
     else:
         console.print(nodes_table(found))
+        # Below the table, where a narrow terminal does not wrap it into the NOTES column.
+        for node in found:
+            for note in node.notes:
+                if note.startswith(JOBS_RUN_AS):
+                    console.print(f"{escape(node.name)}: {escape(note)}")

@@ -14,7 +14,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from mlyard.api.jobs import AttemptInfo, JobDetail, JobInfo
-from mlyard.api.nodes import NodeInfo
+from mlyard.api.nodes import JOBS_RUN_AS, NodeInfo
 from mlyard.api.queues import QueueAmounts, QueueInfo
 from mlyard.spec import JobStatus, format_bytes
 
@@ -121,7 +121,8 @@ def nodes_table(nodes: Sequence[NodeInfo]) -> Table:
         gpus = f"{node.allocated_gpus}/{len(node.gpus)}"
         if node.gpus:
             gpus += f" {node.gpus[0].model}"
-        notes = [*node.notes, *(node.inventory.notes if node.inventory else ())]
+        notes = [note for note in (*node.notes, *(node.inventory.notes if node.inventory else ()))
+                 if not note.startswith(JOBS_RUN_AS)]  # `mlyard nodes` shows it below the table
         table.add_row(
             node.name, node.address, f"{node.allocated_cpus}/{len(node.cpu_ids)}",
             f"{format_bytes(node.allocated_memory_bytes)} / {format_bytes(node.memory_bytes)}",

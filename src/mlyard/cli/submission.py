@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -38,6 +39,19 @@ def load_spec_file(path: Path) -> dict[str, Any]:
         raise UsageError(f"{path} is not valid YAML or JSON: {error}".splitlines()[0]) from None
     if not isinstance(data, dict):
         raise UsageError(f"{path} must hold a mapping of job fields (name, command, roles, …)")
+    return data
+
+
+def add_secret_env(data: dict[str, Any], names: list[str]) -> dict[str, Any]:
+    """`--secret-env NAME`: the value of NAME in this environment, read here so that it never
+    appears on a command line or in shell history."""
+    for name in names:
+        if name not in os.environ:
+            raise UsageError(f"--secret-env {name}: {name} is not set in this environment")
+        secrets = data.setdefault("env_secrets", {})
+        if not isinstance(secrets, dict):
+            raise UsageError("env_secrets must be a mapping of names to values")
+        secrets[name] = os.environ[name]
     return data
 
 
@@ -94,7 +108,7 @@ def upload_code(client: Client, directory: Path, *, max_bytes: int, project: str
 
             packed = pack_directory(directory, Path(scratch) / "snapshot.tar.gz", max_bytes=max_bytes,
                                     progress=on_pack)
-            if client.snapshot_exists(packed.digest):
+            if client.snapshot_exists(packed.digest, project=project):
                 progress.update(packing, description="code already on the server")
                 return packed.digest
             uploading = progress.add_task("uploading code", total=packed.size)

@@ -262,8 +262,10 @@ class Client:
         response = self._request("POST", "/environments", json=request.model_dump(mode="json"))
         return EnvironmentInfo.model_validate(response.json())
 
-    def environments(self) -> list[EnvironmentInfo]:
-        return TypeAdapter(list[EnvironmentInfo]).validate_python(self._request("GET", "/environments").json())
+    def environments(self, project: str | None = None) -> list[EnvironmentInfo]:
+        params = {"project": project} if project else None
+        return TypeAdapter(list[EnvironmentInfo]).validate_python(
+            self._request("GET", "/environments", params=params).json())
 
     def environment(self, name: str) -> EnvironmentInfo:
         return EnvironmentInfo.model_validate(self._request("GET", f"/environments/{name}").json())
@@ -280,9 +282,10 @@ class Client:
     def remove_member(self, project: str, user: str) -> ProjectInfo:
         return ProjectInfo.model_validate(self._request("DELETE", f"/projects/{project}/members/{user}").json())
 
-    def snapshot_exists(self, digest: str) -> bool:
+    def snapshot_exists(self, digest: str, *, project: str | None = None) -> bool:
+        """Whether the caller may name `digest` (in `project`) without uploading it."""
         try:
-            self._request("GET", f"/snapshots/{digest}")
+            self._request("GET", f"/snapshots/{digest}", params={"project": project} if project else None)
             return True
         except ClientError as error:
             if error.status == 404:

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from mlyard.api.environments import EnvironmentRequest
+from mlyard.environments.build_policy import BuildPolicy
 from mlyard.environments.containerfile import REQUIREMENTS_FILE, containerfile
 from mlyard.environments.virtualenv import BuildFailed
 
@@ -19,17 +20,18 @@ BUILD_TIMEOUT = 3600
 class ImageBuilder:
     kind = "image"
 
-    def __init__(self, client: Any):
+    def __init__(self, client: Any, policy: BuildPolicy | None = None):
         """`client`: a `docker.DockerClient` connected to the engine."""
         self.client = client
+        self.policy = policy or BuildPolicy()
 
     @classmethod
-    def connect(cls, url: str) -> ImageBuilder:
+    def connect(cls, url: str, policy: BuildPolicy | None = None) -> ImageBuilder:
         """A client of its own: a build may stream for many minutes, past the replicas'
         client's call timeout."""
         import docker
 
-        return cls(docker.DockerClient(base_url=url, timeout=BUILD_TIMEOUT))
+        return cls(docker.DockerClient(base_url=url, timeout=BUILD_TIMEOUT), policy)
 
     @staticmethod
     def tag_for(content_hash: str) -> str:
@@ -48,8 +50,12 @@ class ImageBuilder:
         tag = self.tag_for(content_hash)
         if self.exists(content_hash):
             return tag
+        problem = self.policy.base_problem(request.base)
+        if problem is not None:
+            raise BuildFailed(problem)
         with tempfile.TemporaryDirectory(prefix="mlyard-env-") as context:
-            (Path(context) / "Dockerfile").write_text(containerfile(request, content_hash))
+            # The context holds these two files only: the build sees nothing of the server's.
+            (Path(context) / "Dockerfile").write_text(containerfile(request, content_hash, self.policy.pip_options()))
             if request.requirements:
                 (Path(context) / REQUIREMENTS_FILE).write_text(request.requirements + "\n")
             # The base must be on the engine already or pullable: labs are often offline.

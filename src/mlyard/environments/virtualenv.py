@@ -1,5 +1,10 @@
 """An environment without a container engine: a virtualenv per content hash, on the Python
-the server runs (the base image cannot apply; apt packages are refused)."""
+the server runs (the base image cannot apply; apt packages are refused).
+
+`python -m venv` and `pip install` run with `build_policy.build_environment()` only (never
+the server's variables), with pip options from the administrator's `BuildPolicy`, and, when
+an account is given, as that account: it owns the virtualenv only while it is built and
+every process it left is killed before the tree is handed back to the server's account."""
 
 from __future__ import annotations
 
@@ -7,17 +12,54 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
+import psutil
+
 from mlyard.api.environments import EnvironmentRequest
+from mlyard.environments.build_policy import BuildPolicy, build_environment
 from mlyard.errors import MlyardError
 
 BUILD_TIMEOUT = 3600.0
+REQUIREMENTS_FILE = "requirements.txt"
 
 
 class BuildFailed(MlyardError):
     code = "build_failed"
+
+
+@dataclass(frozen=True)
+class BuildAccount:
+    """The OS account a build runs as (not the server's)."""
+
+    name: str
+    uid: int
+    gid: int
+
+
+def _as_server() -> BuildAccount | None:
+    return None
+
+
+def _hand_over(top: Path, uid: int, gid: int) -> None:
+    """Makes `top` and everything below it belong to uid:gid, never following a link."""
+    os.lchown(top, uid, gid)
+    for directory, subdirectories, files in os.walk(top):
+        for name in subdirectories + files:
+            os.lchown(os.path.join(directory, name), uid, gid)
+
+
+def _kill_leftovers(account: BuildAccount) -> None:
+    """A build may leave processes behind (a source build's daemon); none may outlive it."""
+    for process in psutil.process_iter(["uids"]):
+        try:
+            if process.info["uids"] is not None and account.uid in process.info["uids"]:
+                process.kill()
+        except psutil.Error:
+            pass
 
 
 class VirtualenvBuilder:
@@ -27,9 +69,14 @@ class VirtualenvBuilder:
     kind = "virtualenv"
     COMPLETE = ".mlyard-complete"
 
-    def __init__(self, root: Path, python: str = sys.executable):
+    def __init__(self, root: Path, python: str = sys.executable, policy: BuildPolicy | None = None,
+                 account: Callable[[], BuildAccount | None] = _as_server):
+        """`account`: the account builds run as (None: the server's own); it raises
+        `BuildFailed` saying why when builds cannot run safely here."""
         self.root = root
         self.python = python
+        self.policy = policy or BuildPolicy()
+        self.account = account
 
     def path_for(self, content_hash: str) -> Path:
         return self.root / content_hash
@@ -45,28 +92,44 @@ class VirtualenvBuilder:
         target = self.path_for(content_hash)
         if self.exists(content_hash):
             return str(target)
+        account = self.account()
         shutil.rmtree(target, ignore_errors=True)  # an earlier build that did not finish
         self.root.mkdir(parents=True, exist_ok=True)
         os.chmod(self.root, 0o711)
+        home = Path(tempfile.mkdtemp(prefix="mlyard-build-"))
         try:
-            self._run([self.python, "-m", "venv", str(target)], log)
+            target.mkdir(mode=0o755)
+            if account is not None:
+                for owned in (target, home):
+                    os.chown(owned, account.uid, account.gid)
+            self._run([self.python, "-m", "venv", str(target)], log, account, home)
             if request.requirements:
-                requirements = target / "mlyard-requirements.txt"
+                requirements = home / REQUIREMENTS_FILE
                 requirements.write_text(request.requirements + "\n")
-                self._run([str(target / "bin" / "python"), "-m", "pip", "install", "--no-input",
-                           "--disable-pip-version-check", "-r", str(requirements)], log)
+                os.chmod(requirements, 0o644)
+                self._run([str(target / "bin" / "python"), "-m", "pip", "install", *self.policy.pip_options(),
+                           "-r", str(requirements)], log, account, home)
+            if account is not None:
+                _kill_leftovers(account)
+                _hand_over(target, os.geteuid(), os.getegid())
             (target / self.COMPLETE).write_text(content_hash + "\n")
         except BaseException:
+            if account is not None:
+                _kill_leftovers(account)
             shutil.rmtree(target, ignore_errors=True)
             raise
+        finally:
+            shutil.rmtree(home, ignore_errors=True)
         return str(target)
 
     @staticmethod
-    def _run(argv: list[str], log: Callable[[str], None]) -> None:
+    def _run(argv: list[str], log: Callable[[str], None], account: BuildAccount | None, home: Path) -> None:
         log("$ " + " ".join(argv))
+        switch = {} if account is None else {"user": account.uid, "group": account.gid, "extra_groups": []}
         # umask 022: the environment is read by jobs, which may run under accounts of their own.
         with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                              stdin=subprocess.DEVNULL, umask=0o022) as process:
+                              stdin=subprocess.DEVNULL, umask=0o022, env=build_environment(str(home)),
+                              cwd=home, start_new_session=True, **switch) as process:
             assert process.stdout is not None
             for line in process.stdout:
                 log(line.rstrip("\n"))

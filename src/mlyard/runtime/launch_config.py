@@ -84,6 +84,10 @@ class LaunchConfig:
     """Put before PATH unless `env` sets PATH: where the server's Python is."""
     max_log_bytes: int | None = None
     run_as: OsAccount | None = None
+    hide_home: Path | None = None
+    """MLYARD_HOME, which the command sees only as `keep` (and `keep_read_only`): `hide_home.py`."""
+    keep: tuple[str, ...] = ()
+    keep_read_only: tuple[str, ...] = ()
 
     def as_data(self) -> dict[str, Any]:
         """The configuration as the JSON object `launch.json` holds."""
@@ -100,6 +104,9 @@ class LaunchConfig:
             "run_as": None if self.run_as is None else {
                 "name": self.run_as.name, "uid": self.run_as.uid, "gid": self.run_as.gid,
                 "home": str(self.run_as.home)},
+            "hide_home": str(self.hide_home) if self.hide_home is not None else None,
+            "keep": list(self.keep),
+            "keep_read_only": list(self.keep_read_only),
         }
 
     @classmethod
@@ -125,6 +132,12 @@ class LaunchConfig:
 def _strings(value: Any) -> tuple[str, ...]:
     if not isinstance(value, list) or not value or not all(isinstance(item, str) for item in value):
         raise TypeError(f"must be a non-empty list of strings, not {value!r}")
+    return tuple(value)
+
+
+def _paths(value: Any) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(item, str) and item.startswith("/") for item in value):
+        raise TypeError(f"must be a list of absolute paths, not {value!r}")
     return tuple(value)
 
 
@@ -177,6 +190,9 @@ _PARSERS = {
     "prepend_path": _optional(str),
     "max_log_bytes": _optional(int),
     "run_as": _account,
+    "hide_home": _optional(str, Path),
+    "keep": _paths,
+    "keep_read_only": _paths,
 }
 
 

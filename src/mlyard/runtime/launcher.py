@@ -10,7 +10,10 @@ When the command ends, anything it left in its group is killed, the rest of its 
 copied, and `exit.json` is written (atomically), so the controller can read the outcome even
 after a server restart. `started.json` says the user command is running. When the config
 names an OS account (`run_as`), the code directory becomes that account's and the command runs
-as it, with an environment that keeps nothing of the server's but PATH and the locale.
+as it, with what `job_environment.scrubbed` keeps of the launcher's environment; otherwise it
+gets the launcher's whole environment, which the local backend limits to that already (a pod's
+is the job's own). When the config names `hide_home`, the command runs where MLYARD_HOME holds only the
+job's own directories (`hide_home.py`).
 
 From its start until `exit.json` is written, a thread touches `heartbeat` every
 HEARTBEAT_INTERVAL seconds: a replica whose beats stop (the launcher killed, frozen, or its node
@@ -41,6 +44,7 @@ from mlyard.runtime.launch_config import (
     read_launch_config,
     write_json_atomically,
 )
+from mlyard.runtime.job_environment import scrubbed
 
 COMMAND_NOT_FOUND = 127
 COMMAND_NOT_EXECUTABLE = 126
@@ -52,15 +56,10 @@ _PIPE_SIZE = 1024 * 1024
 _COPY_DRAIN_TIMEOUT = 10.0
 
 
-# What a replica of another account inherits from the server's environment: nothing that
-# could carry the server's secrets (MLYARD_DATABASE_URL, credentials of its own).
-_INHERITED = ("PATH", "LANG", "LANGUAGE", "TZ", "TERM", "TMPDIR")
-
-
 def _account_environment(run_as: OsAccount) -> dict[str, str]:
-    environment = {key: value for key, value in os.environ.items()
-                   if key in _INHERITED or key.startswith("LC_")}
-    environment.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
+    """The environment of a command run as another account, before its own `env`: nothing that
+    could carry the server's secrets (MLYARD_DATABASE_URL, credentials of its own)."""
+    environment = scrubbed(os.environ)
     environment.update(HOME=str(run_as.home), USER=run_as.name, LOGNAME=run_as.name, SHELL="/bin/sh")
     return environment
 
@@ -283,7 +282,7 @@ class Launcher:
         read_end, write_end = _open_pipe()
         try:
             self.child = subprocess.Popen(
-                config.command,
+                self._command(),
                 cwd=workdir,
                 env=environment,
                 stdin=subprocess.DEVNULL,
@@ -309,6 +308,15 @@ class Launcher:
             self.on_signal(self.terminating_signal, None)
         write_json_atomically(self.directory / STARTED_FILE, {"pid": self.child.pid, "started_at": time.time()})
         return self.child.wait()
+
+    def _command(self) -> list[str]:
+        config = self.config
+        if config.hide_home is None or config.run_as is not None:
+            return list(config.command)
+        from mlyard.runtime import hide_home
+
+        return hide_home.arguments(config.hide_home, [Path(path) for path in config.keep],
+                                   [Path(path) for path in config.keep_read_only], list(config.command))
 
     def _append_output(self, text: str) -> None:
         with open(self.directory / OUTPUT_LOG, "a") as output:

@@ -19,8 +19,11 @@ from mlyard.api.errors import ErrorBody, FieldError, field_errors, summarize
 from mlyard.api.health import Health
 from mlyard.backends.base import Backend
 from mlyard.errors import MlyardError, TooManyRequests
-from mlyard.server import auth
+from mlyard.server import auth, job_secrets
 from mlyard.server.http import body_limit, failures, telemetry
+from mlyard.server.http.allowed_hosts import AllowedHosts, default_hosts, parse_hosts
+from mlyard.server.http.security_headers import SecurityHeaders
+from mlyard.server.http.shutdown import ShutdownGuard, Stopping
 from mlyard.server.control import job_accounts
 from mlyard.server.http.audit import AuditRecorder
 from mlyard.server.control.controller import Controller
@@ -87,7 +90,7 @@ def _open(settings: ServerSettings, backend: Backend | None) -> tuple[Database, 
     the one the settings choose)."""
     from mlyard.backends.local.processes import LocalBackend
 
-    job_users, job_users_note = None, None
+    job_users, job_users_note = None, ""
     if backend is None and settings.backend == "local":
         job_users, job_users_note = job_accounts.prepare(settings)
     else:
@@ -95,6 +98,8 @@ def _open(settings: ServerSettings, backend: Backend | None) -> tuple[Database, 
     database = Database.open(settings.effective_database_url)
     auth.ensure_admin(database, settings.paths.admin_token)
     blobs = BlobStore(settings.paths.blobs)
+    if swept := blobs.sweep_temporary():  # left by a server killed during an upload
+        log.info("removed %d unfinished upload(s) from %s", swept, blobs.temporary_directory)
     if backend is not None:
         return database, blobs, backend
     if settings.backend == "kubernetes":
@@ -107,6 +112,7 @@ def _open(settings: ServerSettings, backend: Backend | None) -> tuple[Database, 
     return database, blobs, LocalBackend(
         cpus=settings.node_cpus, memory_bytes=settings.node_memory, max_log_bytes=settings.max_log_bytes,
         job_accounts=job_users, notes=(job_users_note,) if job_users_note else (),
+        hide_home=job_accounts.hidden_home(settings, job_users), env_passthrough=settings.job_env_passthrough,
         containers=container_replicas(settings.runtime, settings.container_socket, max_log_bytes=settings.max_log_bytes))
 
 
@@ -126,12 +132,15 @@ def create_app(settings: ServerSettings, *, backend: Backend | None = None) -> F
         app.state.database, app.state.blobs, app.state.controller = database, blobs, leadership
         app.state.settings, app.state.leadership = settings, leadership
         app.state.backend = chosen  # submissions ask it about images (`Backend.check_image`)
+        app.state.secrets = job_secrets.box_at(settings.secret_key_path)  # created at the first start
         leadership.start()
         log.info("mlyard %s serving %s with the %s backend (controller: %s)", __version__, settings.url,
                  chosen.name, leadership.role)
         try:
             yield
         finally:
+            stopping.begin()
+            await stopping.drained(timeout=2.0)  # the 503s of requests cut off by the stop go out first
             leadership.stop()
             if chosen is not backend:
                 chosen.close()
@@ -143,7 +152,7 @@ def create_app(settings: ServerSettings, *, backend: Backend | None = None) -> F
         description="Queue, gang-schedule and run deep-learning training jobs.",
         lifespan=lifespan,
         openapi_url=f"{API_PREFIX}/openapi.json",
-        docs_url=f"{API_PREFIX}/docs",
+        docs_url=None,  # served from vendored files by web/api_docs.py
         redoc_url=None,
     )
     app.add_exception_handler(RequestValidationError, _validation_error)
@@ -153,6 +162,7 @@ def create_app(settings: ServerSettings, *, backend: Backend | None = None) -> F
     app.add_exception_handler(OSError, _infrastructure_error)
     body_limit.install(app, settings.max_request_bytes, exempt=[("PUT", f"{API_PREFIX}/snapshots/")])
     telemetry.install(app)  # after: its timer wraps the limit and so sees its 413s
+    app.add_middleware(web.CrossSiteRefusal)  # inside the audit log, which records its refusals
     app.add_middleware(AuditRecorder)
     app.state.login_throttle = LoginThrottle()
 
@@ -167,4 +177,10 @@ def create_app(settings: ServerSettings, *, backend: Backend | None = None) -> F
                    usage.router, accounts.router, audit.router, projects.router, environments.router):
         app.include_router(router, prefix=API_PREFIX)
     web.install(app)
+    stopping = Stopping()
+    app.add_middleware(ShutdownGuard, stopping=stopping)
+    app.add_middleware(SecurityHeaders)
+    # Outermost: a request for another host name reaches nothing, not even the health check.
+    app.add_middleware(AllowedHosts, hosts=parse_hosts(settings.allowed_hosts) if settings.allowed_hosts
+                       else default_hosts(settings.host, settings.job_api_url))
     return app

@@ -80,8 +80,10 @@ class Principal:
 
     def visible_projects(self) -> frozenset[str] | None:
         """The projects whose jobs this caller may see; None: no limit by project (an
-        administrator, or a job token, which `authorize` confines to its own job)."""
-        return None if self.is_admin or self.job_id is not None else frozenset(self.roles)
+        administrator). A job token sees no project: it reaches its own job only (`JOB_TOKEN_ROUTES`)."""
+        if self.job_id is not None:
+            return frozenset()
+        return None if self.is_admin else frozenset(self.roles)
 
 
 def hash_token(token: str) -> str:
@@ -93,12 +95,13 @@ def new_token() -> str:
 
 
 def issue_token(session: Session, *, name: str, user_id: int | None, job_id: int | None = None,
-                kind: str | None = None, expires_at: float | None = None) -> str:
+                kind: str | None = None, expires_at: float | None = None, parent_token_id: int | None = None) -> str:
     """A new token; only its hash is stored, so the caller shows the returned secret once."""
     token = new_token()
     session.add(
         ApiTokenRow(token_hash=hash_token(token), name=name, user_id=user_id, job_id=job_id, created_at=time.time(),
-                    kind=kind or ("job" if job_id is not None else "api"), expires_at=expires_at)
+                    kind=kind or ("job" if job_id is not None else "api"), expires_at=expires_at,
+                    parent_token_id=parent_token_id)
     )
     return token
 
@@ -154,18 +157,32 @@ def ensure_admin(database: Database, token_file: Path) -> None:
     _write_private(token_file, token)
 
 
-def authenticate(database: Database, authorization: str | None) -> Principal:
+def _in_force(row: ApiTokenRow | None, now: float) -> bool:
+    return row is not None and row.revoked_at is None and (row.expires_at is None or row.expires_at > now)
+
+
+def authenticate(database: Database, authorization: str | None, *, web_session: bool = False) -> Principal:
+    """The caller of a bearer token. A browser session's token (kind `session`) is taken only
+    with `web_session` (the web UI's cookie), which takes nothing else, so a cookie never
+    authenticates an API call and an API token never lives in a cookie. A session started with
+    a token ends when that token is revoked or expires."""
     if not authorization:
         raise Unauthorized("missing bearer token: send 'Authorization: Bearer <token>'")
     scheme, _, token = authorization.partition(" ")
     if scheme.lower() != "bearer" or not token.strip():
         raise Unauthorized("malformed Authorization header: expected 'Bearer <token>'")
+    now = time.time()
     with database.transaction() as session:
         row = session.scalar(select(ApiTokenRow).where(ApiTokenRow.token_hash == hash_token(token.strip())))
         if row is None or row.revoked_at is not None:
             raise Unauthorized("invalid or revoked token")
-        if row.expires_at is not None and row.expires_at <= time.time():
+        if row.expires_at is not None and row.expires_at <= now:
             raise Unauthorized("the token has expired; log in again (mlyard login) or create a new token")
+        if (row.kind == "session") != web_session:
+            raise Unauthorized("a web UI session works only in the web UI; the API takes an API token"
+                               if not web_session else "not a web UI session; log in again")
+        if row.parent_token_id is not None and not _in_force(session.get(ApiTokenRow, row.parent_token_id), now):
+            raise Unauthorized("the token this session was started with has been revoked or has expired")
         if row.job_id is not None:
             return Principal(name=f"job-{row.job_id}", user_id=row.user_id, job_id=row.job_id, token_id=row.id)
         user = session.get(UserRow, row.user_id) if row.user_id is not None else None
@@ -196,14 +213,42 @@ def may_read_project(principal: Principal, project: str) -> bool:
 
 def visible_job(principal: Principal, job: JobRow | None, job_id: int) -> JobRow:
     """The job, if the caller may see it; one it may not see answers like one that does not exist."""
-    if job is None or not may_read_project(principal, job.project):
+    if principal.job_id is not None:
+        visible = job is not None and job.id == principal.job_id
+    else:
+        visible = job is not None and may_read_project(principal, job.project)
+    if not visible:
         raise NotFound(f"job {job_id} does not exist")
     return job
 
 
+JOB_TOKEN_ROUTES: frozenset[tuple[str, str]] = frozenset({
+    ("GET", "/jobs/{job_id}"),
+    ("GET", "/jobs/{job_id}/logs"),
+    ("GET", "/jobs/{job_id}/metrics"),
+    ("POST", "/jobs/{job_id}/metrics"),
+    ("GET", "/jobs/{job_id}/resources"),
+    ("GET", "/jobs/{job_id}/tensorboard"),
+})
+"""The only routes (below /api/v1) a job's token may call, each with its own job's id: read the
+job (its logs, metrics, resources, TensorBoard) and report its metrics (`mlyard.sdk`). Later:
+their project's datasets and models. A route not listed here is refused to job tokens."""
+
+
+def admit_route(principal: Principal, method: str, route: str | None, job_id: object) -> None:
+    """Refuses a job token any route outside `JOB_TOKEN_ROUTES` or naming another job; every
+    API route's caller passes through here (`routers/dependencies.py`) before its service runs."""
+    if principal.job_id is None:
+        return
+    if (method.upper(), route) in JOB_TOKEN_ROUTES and str(job_id) == str(principal.job_id):
+        return
+    raise Forbidden(f"a job token may only read job {principal.job_id} and report its metrics")
+
+
 def authorize(principal: Principal, action: Action, *, job_id: int | None = None) -> None:
     """The check every service makes first: administrators may administer; a job's token may
-    only read its own job and report its metrics. What a user may do inside a project is checked
+    only read its own job and report its metrics (`job_id`: the job touched; a listing passes
+    none, so a job token may list nothing). What a user may do inside a project is checked
     next, by `require_role` and `visible_job` against the project of what is touched."""
     if action is Action.ADMIN:
         if principal.is_admin and principal.job_id is None:
@@ -211,6 +256,6 @@ def authorize(principal: Principal, action: Action, *, job_id: int | None = None
         raise Forbidden(f"{principal.name} is not an administrator; this needs an administrator's token")
     if principal.job_id is None:
         return
-    if action in (Action.READ, Action.REPORT) and job_id == principal.job_id:
+    if action in (Action.READ, Action.REPORT) and job_id is not None and job_id == principal.job_id:
         return
     raise Forbidden(f"a job token may only read job {principal.job_id} and report its metrics")

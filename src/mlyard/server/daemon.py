@@ -20,7 +20,6 @@ from pathlib import Path
 
 import psutil
 
-from mlyard.backends.local import job_accounts
 from mlyard.paths import Paths
 from mlyard.errors import MlyardError
 from mlyard.server.settings import ServerSettings
@@ -87,6 +86,7 @@ def run_foreground(settings: ServerSettings) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         _check_backend(settings)
+        _check_job_accounts(settings)
     except BaseException:
         lock.close()
         raise
@@ -116,6 +116,14 @@ def _check_backend(settings: ServerSettings) -> None:
             replicas.close()
 
 
+def _check_job_accounts(settings: ServerSettings) -> None:
+    """What would stop the app's startup over job accounts, raised as a plain error first."""
+    if settings.backend == "local":
+        from mlyard.server.control import job_accounts
+
+        job_accounts.check(settings)
+
+
 def start_background(settings: ServerSettings) -> ServerState:
     paths = settings.paths
     current = state(paths)
@@ -123,7 +131,7 @@ def start_background(settings: ServerSettings) -> ServerState:
         return current
     _check_port_free(settings)
     # A setting the server would refuse at start is reported here, not only in its log.
-    job_accounts.resolve(settings.job_users, paths.home, prefix=settings.job_user_prefix, python=sys.executable)
+    _check_job_accounts(settings)
     _prepare_home(paths)
     with open(paths.server_log, "ab") as log_file:
         process = subprocess.Popen(

@@ -5,16 +5,18 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from mlyard.backends.local.containers import RUNTIMES
 from mlyard.backends.local.job_accounts import DEFAULT_PREFIX as DEFAULT_JOB_USER_PREFIX
 from mlyard.backends.local.job_accounts import MODES as JOB_USER_MODES
+from mlyard.environments.build_policy import BuildPolicy
 from mlyard.paths import DEFAULT_HOST, DEFAULT_PORT, Paths, home_directory
 from mlyard.errors import MlyardError
 from mlyard.runtime.launcher import DEFAULT_MAX_LOG_BYTES
 from mlyard.scheduler import DEFAULT_POLICY, LIVE_POLICIES, SchedulerConfig
 from mlyard.spec import parse_duration, parse_memory
-from mlyard.storage import DEFAULT_MAX_SNAPSHOT_BYTES
+from mlyard.storage import DEFAULT_MAX_RATIO, DEFAULT_MAX_SNAPSHOT_BYTES, UnpackLimits
 
 DEFAULT_PREEMPT_MIN_RUN = 300.0
 DEFAULT_SAMPLE_INTERVAL = 5.0
@@ -60,6 +62,12 @@ def _percent(variable: str, value: str) -> float:
     return percent
 
 
+def _count(variable: str, value: str) -> int:
+    if not value.strip().isdigit() or not 1 <= int(value) <= 100_000:
+        raise MlyardError(f"{variable}: {value!r} is not a whole number from 1 to 100000")
+    return int(value)
+
+
 @dataclass(frozen=True)
 class ServerSettings:
     paths: Paths
@@ -79,10 +87,20 @@ class ServerSettings:
     `preemption_grace` of its own."""
     max_snapshot_bytes: int = DEFAULT_MAX_SNAPSHOT_BYTES
     """The largest code snapshot an upload may be (MLYARD_MAX_SNAPSHOT)."""
+    max_snapshot_unpacked_bytes: int | None = None
+    """What an uploaded snapshot may unpack to (MLYARD_MAX_SNAPSHOT_UNPACKED_BYTES); None: 5× the upload cap."""
+    max_snapshot_ratio: int = DEFAULT_MAX_RATIO
+    """How many times its compressed size an uploaded snapshot may unpack to (MLYARD_MAX_SNAPSHOT_RATIO)."""
     max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES
     """The largest body of any request but a snapshot upload (MLYARD_MAX_REQUEST_BYTES)."""
     max_log_bytes: int = DEFAULT_MAX_LOG_BYTES
     """Where a replica's `output.log` stops growing (MLYARD_MAX_LOG_BYTES); the rest is discarded."""
+    max_log_streams_per_user: int = 16
+    """Live log streams (the web UI's) one user may hold open on this server at once
+    (MLYARD_MAX_LOG_STREAMS_PER_USER); one more is answered 429."""
+    secret_key_file: str | None = None
+    """MLYARD_SECRET_KEY_FILE: the key `env_secrets` are encrypted with; None: MLYARD_HOME/secret.key,
+    created at the first start. Servers sharing a database must share this file."""
     scheduler_policy: str = DEFAULT_POLICY
     """How the scheduler orders and preempts (MLYARD_SCHEDULER_POLICY): one of `LIVE_POLICIES`."""
     preempt_min_run_seconds: float = DEFAULT_PREEMPT_MIN_RUN
@@ -110,6 +128,12 @@ class ServerSettings:
     (`backends/local/job_accounts.py`)."""
     job_user_prefix: str = DEFAULT_JOB_USER_PREFIX
     """The OS accounts of mlyard users are named this plus the user name (MLYARD_JOB_USER_PREFIX)."""
+    job_isolation: str = "namespace"
+    """MLYARD_JOB_ISOLATION: `namespace` (a replica on the server's own account sees MLYARD_HOME
+    only as its own directories: `runtime/hide_home.py`) or `none`."""
+    job_env_passthrough: tuple[str, ...] = ()
+    """Variables of the server's environment every replica gets too (MLYARD_JOB_ENV_PASSTHROUGH,
+    names separated by spaces); the rest of it never reaches a replica."""
     backend: str = "local"
     """What runs replicas (MLYARD_BACKEND): `local` processes on this machine, or `kubernetes`
     pods (configured by MLYARD_K8S_*, `backends/kubernetes/settings.py`)."""
@@ -124,6 +148,15 @@ class ServerSettings:
     container_socket: str | None = None
     """The container engine's Docker-compatible API (MLYARD_CONTAINER_SOCKET): a unix socket
     path or a URL; None: DOCKER_HOST, else /run/podman/podman.sock or /var/run/docker.sock."""
+    allowed_hosts: str | None = None
+    """The `Host` names this server answers to (MLYARD_ALLOWED_HOSTS, separated by commas or
+    spaces; `*`: any); None: its own addresses and names (`http/allowed_hosts.py`)."""
+    cookie_secure: str = "auto"
+    """The web UI's cookies are Secure and `__Host-` named (MLYARD_COOKIE_SECURE): `on`, `off`,
+    or `auto` (when the request came over HTTPS)."""
+    environment_builds: BuildPolicy = field(default_factory=BuildPolicy)
+    """What environment builds may reach and which account runs them (MLYARD_PIP_*,
+    MLYARD_ENVIRONMENT_BASES, MLYARD_BUILD_USER: `environments/build_policy.py`)."""
     extra: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -131,8 +164,15 @@ class ServerSettings:
             raise MlyardError(f"MLYARD_RUNTIME={self.runtime!r}: choose one of {', '.join(RUNTIMES)}")
         if self.backend not in BACKENDS:
             raise MlyardError(f"MLYARD_BACKEND={self.backend!r}: choose one of {', '.join(BACKENDS)}")
+        if self.cookie_secure not in ("auto", "on", "off"):
+            raise MlyardError(f"MLYARD_COOKIE_SECURE={self.cookie_secure!r}: choose one of auto, on, off")
         if self.job_users not in JOB_USER_MODES:
             raise MlyardError(f"MLYARD_JOB_USERS={self.job_users!r}: choose one of {', '.join(JOB_USER_MODES)}")
+        if self.job_isolation not in ("namespace", "none"):
+            raise MlyardError(f"MLYARD_JOB_ISOLATION={self.job_isolation!r}: choose one of namespace, none")
+        for name in self.job_env_passthrough:
+            if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+                raise MlyardError(f"MLYARD_JOB_ENV_PASSTHROUGH: {name!r} is not a variable name")
         if not re.fullmatch(r"[a-z_][a-z0-9_-]{0,15}", self.job_user_prefix):
             raise MlyardError(f"MLYARD_JOB_USER_PREFIX={self.job_user_prefix!r}: up to 16 lowercase letters, "
                               "digits, '_' and '-', not starting with a digit or '-'")
@@ -143,6 +183,11 @@ class ServerSettings:
     def scheduler_config(self) -> SchedulerConfig:
         return SchedulerConfig(policy=self.scheduler_policy, min_run_before_preempt=self.preempt_min_run_seconds)
 
+    def snapshot_limits(self) -> UnpackLimits:
+        """What an uploaded code snapshot may unpack to."""
+        return UnpackLimits.for_upload(self.max_snapshot_bytes, max_bytes=self.max_snapshot_unpacked_bytes,
+                                       max_ratio=self.max_snapshot_ratio)
+
     @property
     def url(self) -> str:
         return f"http://{self.host}:{self.port}"
@@ -151,6 +196,10 @@ class ServerSettings:
     def replica_api_url(self) -> str:
         """The API's URL as replicas are given it (MLYARD_API)."""
         return (self.job_api_url or self.url).rstrip("/")
+
+    @property
+    def secret_key_path(self) -> Path:
+        return Path(self.secret_key_file) if self.secret_key_file else self.paths.home / "secret.key"
 
     @property
     def effective_database_url(self) -> str:
@@ -163,6 +212,7 @@ class ServerSettings:
         memory = environment.get("MLYARD_NODE_MEMORY")
         grace = environment.get("MLYARD_STOP_GRACE")
         snapshot_cap = environment.get("MLYARD_MAX_SNAPSHOT")
+        unpacked_cap = environment.get("MLYARD_MAX_SNAPSHOT_UNPACKED_BYTES")
         min_run = environment.get("MLYARD_PREEMPT_MIN_RUN")
         interval = environment.get("MLYARD_SAMPLE_INTERVAL")
         raw_retention = environment.get("MLYARD_SAMPLE_RETENTION")
@@ -180,8 +230,15 @@ class ServerSettings:
             node_memory=parse_memory(memory) if memory else None,
             stop_grace_seconds=parse_duration(grace) if grace else 10.0,
             max_snapshot_bytes=parse_memory(snapshot_cap) if snapshot_cap else DEFAULT_MAX_SNAPSHOT_BYTES,
+            max_snapshot_unpacked_bytes=(_size("MLYARD_MAX_SNAPSHOT_UNPACKED_BYTES", unpacked_cap) if unpacked_cap
+                                         else None),
+            max_snapshot_ratio=_count("MLYARD_MAX_SNAPSHOT_RATIO",
+                                      environment.get("MLYARD_MAX_SNAPSHOT_RATIO") or str(DEFAULT_MAX_RATIO)),
             max_request_bytes=_size("MLYARD_MAX_REQUEST_BYTES", environment.get("MLYARD_MAX_REQUEST_BYTES") or "1Mi"),
             max_log_bytes=_size("MLYARD_MAX_LOG_BYTES", environment.get("MLYARD_MAX_LOG_BYTES") or "1Gi"),
+            max_log_streams_per_user=_count("MLYARD_MAX_LOG_STREAMS_PER_USER",
+                                            environment.get("MLYARD_MAX_LOG_STREAMS_PER_USER") or "16"),
+            secret_key_file=environment.get("MLYARD_SECRET_KEY_FILE", "").strip() or None,
             scheduler_policy=environment.get("MLYARD_SCHEDULER_POLICY", "").strip() or DEFAULT_POLICY,
             preempt_min_run_seconds=(_duration_or_zero("MLYARD_PREEMPT_MIN_RUN", min_run) if min_run
                                      else DEFAULT_PREEMPT_MIN_RUN),
@@ -201,9 +258,14 @@ class ServerSettings:
             audit_retention_seconds=(_duration_or_zero("MLYARD_AUDIT_RETENTION", audit_retention) if audit_retention
                                      else DEFAULT_AUDIT_RETENTION),
             job_users=environment.get("MLYARD_JOB_USERS", "").strip() or "auto",
+            job_isolation=environment.get("MLYARD_JOB_ISOLATION", "").strip() or "namespace",
+            job_env_passthrough=tuple(environment.get("MLYARD_JOB_ENV_PASSTHROUGH", "").split()),
             job_user_prefix=environment.get("MLYARD_JOB_USER_PREFIX", "").strip() or DEFAULT_JOB_USER_PREFIX,
             backend=environment.get("MLYARD_BACKEND", "").strip() or "local",
             job_api_url=environment.get("MLYARD_JOB_API_URL", "").strip() or None,
             runtime=environment.get("MLYARD_RUNTIME", "").strip() or "auto",
             container_socket=environment.get("MLYARD_CONTAINER_SOCKET", "").strip() or None,
+            environment_builds=BuildPolicy.from_environment(environment),
+            allowed_hosts=environment.get("MLYARD_ALLOWED_HOSTS", "").strip() or None,
+            cookie_secure=environment.get("MLYARD_COOKIE_SECURE", "").strip().lower() or "auto",
         )

@@ -12,12 +12,15 @@ import posixpath
 import shutil
 import tarfile
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
-from mlyard.storage.errors import SnapshotError
+from mlyard.storage.errors import SnapshotError, format_megabytes
+from mlyard.storage.unpacking import MAX_MEMBER_DEPTH, GuardedGzip, UnpackLimits
 
-MAX_ARCHIVE_MEMBERS = 100_000
+# Room a member takes on disk beyond its bytes (its inode and last partial block).
+_MEMBER_OVERHEAD = 4096
 
 # Follows the kernel's limit, so a symlink chain that would work on disk also works here.
 _MAX_LINK_EXPANSIONS = 40
@@ -91,9 +94,20 @@ def _normalise_member_name(name: str, what: str) -> str:
     return normalised
 
 
-def _validate_members(archive: tarfile.TarFile) -> list[tarfile.TarInfo]:
-    """Check every member of an open archive; returns them in archive order."""
+def _check_depth(name: str) -> list[str]:
+    parts = name.split("/")
+    if len(parts) > MAX_MEMBER_DEPTH:
+        shown = name if len(name) <= 60 else name[:60] + "…"
+        raise SnapshotError(f"snapshot archive member {shown!r} is nested {len(parts)} directories deep; "
+                            f"the limit is {MAX_MEMBER_DEPTH}")
+    return parts
+
+
+def _validate_members(archive: tarfile.TarFile, limits: UnpackLimits) -> list[tarfile.TarInfo]:
+    """Check every member of an open archive, one at a time (no recursion, whatever the
+    nesting); returns them in archive order."""
     members: list[tarfile.TarInfo] = []
+    declared = 0
     # Normalised name -> "dir", "file" or "link"; implicit parents count as "dir".
     kinds: dict[str, str] = {}
     links: dict[str, str] = {}
@@ -102,10 +116,12 @@ def _validate_members(archive: tarfile.TarFile) -> list[tarfile.TarInfo]:
         if member is None:
             break
         members.append(member)
-        if len(members) > MAX_ARCHIVE_MEMBERS:
+        if len(members) > limits.max_members:
             raise SnapshotError(
-                f"snapshot archive has more than {MAX_ARCHIVE_MEMBERS} members"
+                f"snapshot archive has more than {limits.max_members} members"
             )
+        declared += max(member.size, 0)
+        limits.check_declared(declared)
         label = f"member {member.name!r}"
         if member.isdir():
             kind = "dir"
@@ -123,7 +139,7 @@ def _validate_members(archive: tarfile.TarFile) -> list[tarfile.TarInfo]:
                 raise SnapshotError(f"snapshot archive {label} has an invalid name")
             continue
 
-        parts = name.split("/")
+        parts = _check_depth(name)
         for depth in range(1, len(parts)):
             parent = "/".join(parts[:depth])
             parent_kind = kinds.setdefault(parent, "dir")
@@ -154,30 +170,38 @@ def _validate_members(archive: tarfile.TarFile) -> list[tarfile.TarInfo]:
     return members
 
 
-def _open_archive(path: Path) -> tarfile.TarFile:
+@contextmanager
+def _open_archive(path: Path, limits: UnpackLimits) -> Iterator[tarfile.TarFile]:
     try:
         with open(path, "rb") as probe:
             magic = probe.read(2)
+        raw = open(path, "rb")
     except OSError as error:
         raise SnapshotError(f"cannot read snapshot archive {path}: {error.strerror or error}") from error
-    if magic != b"\x1f\x8b":
-        raise SnapshotError(f"{path} is not a gzip-compressed tar archive")
-    try:
-        return tarfile.open(path, mode="r:gz")
-    except (tarfile.TarError, OSError, EOFError, zlib.error) as error:
-        raise SnapshotError(f"{path} is not a valid gzip-compressed tar archive: {error}") from error
+    with raw:
+        if magic != b"\x1f\x8b":
+            raise SnapshotError(f"{path} is not a gzip-compressed tar archive")
+        guarded = GuardedGzip(raw, limits)
+        try:
+            archive = tarfile.open(fileobj=guarded, mode="r:")  # type: ignore[arg-type]
+        except SnapshotError:
+            raise
+        except (tarfile.TarError, OSError, EOFError, zlib.error) as error:
+            raise SnapshotError(f"{path} is not a valid gzip-compressed tar archive: {error}") from error
+        with archive:
+            yield archive
 
 
-def _validate_open(archive: tarfile.TarFile, path: Path) -> list[tarfile.TarInfo]:
+def _validate_open(archive: tarfile.TarFile, path: Path, limits: UnpackLimits) -> list[tarfile.TarInfo]:
     try:
-        return _validate_members(archive)
+        return _validate_members(archive, limits)
     except SnapshotError:
         raise
     except (tarfile.TarError, OSError, EOFError, zlib.error) as error:
         raise SnapshotError(f"{path} is a corrupt snapshot archive: {error}") from error
 
 
-def validate_archive(path: Path) -> int:
+def validate_archive(path: Path, *, limits: UnpackLimits | None = None) -> int:
     """Check a snapshot .tar.gz without extracting anything; return its member count.
 
     Raises `SnapshotError`, naming the offending member, when the file is not a gzip tar or
@@ -185,19 +209,35 @@ def validate_archive(path: Path) -> int:
     written through a symlink or repeats an earlier name; a symlink target is absolute or
     resolves outside the target directory (following the archive's own symlinks) or loops;
     a hardlink does not point to an earlier regular file of the archive; a member is a
-    device, FIFO or any type other than regular file, directory, symlink and hardlink; or
-    there are more than 100,000 members.
+    device, FIFO or any type other than regular file, directory, symlink and hardlink; a
+    member is nested more than `MAX_MEMBER_DEPTH` directories deep; there are more members
+    than `limits.max_members` (100,000 by default); or it unpacks to more than `limits` allow,
+    which is noticed as soon as the limit is passed, not after decompressing everything.
     """
     path = Path(path)
-    with _open_archive(path) as archive:
-        return len(_validate_open(archive, path))
+    limits = limits or UnpackLimits()
+    with _open_archive(path, limits) as archive:
+        return len(_validate_open(archive, path, limits))
 
 
-def extract_snapshot(archive: Path, target: Path) -> None:
-    """Validate `archive` with `validate_archive`, then extract it into `target`.
+def _check_free_space(target: Path, members: list[tarfile.TarInfo]) -> None:
+    needed = sum(member.size + _MEMBER_OVERHEAD if member.isreg() else _MEMBER_OVERHEAD for member in members)
+    existing = target
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    status = os.statvfs(existing)
+    free = status.f_bavail * status.f_frsize
+    if needed > free:
+        raise SnapshotError(f"not enough free space to extract the code snapshot: it unpacks to "
+                            f"{format_megabytes(needed)} and {existing} has {format_megabytes(free)} free")
+
+
+def extract_snapshot(archive: Path, target: Path, *, limits: UnpackLimits | None = None) -> None:
+    """Validate `archive` with `validate_archive`, check that the file system holding `target`
+    has room for what it unpacks to, then extract it into `target`.
 
     `target` is created if absent and must otherwise be an empty directory. Nothing is
-    written when validation fails. Extraction also uses tarfile's ``data`` filter as a
+    written when validation or the space check fails. Extraction also uses tarfile's ``data`` filter as a
     second line of defence where Python has it (3.11.4 and later); if extraction fails
     anyway, what was extracted is removed again. Raises `SnapshotError` in every failure case.
     """
@@ -212,8 +252,10 @@ def extract_snapshot(archive: Path, target: Path) -> None:
     else:
         created = True
     # One open file for both passes, so the archive checked is the archive extracted.
-    with _open_archive(archive) as opened:
-        members = _validate_open(opened, archive)
+    limits = limits or UnpackLimits()
+    with _open_archive(archive, limits) as opened:
+        members = _validate_open(opened, archive, limits)
+        _check_free_space(target, members)
         target.mkdir(parents=True, exist_ok=True)
         try:
             opened.errorlevel = 2

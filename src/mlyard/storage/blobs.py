@@ -101,6 +101,15 @@ class BlobStore:
             raise
         return digest, size
 
+    def sweep_temporary(self) -> int:
+        """Removes unfinished writes (``tmp/*.partial``) and returns how many. Only for when no
+        writer can be running: at the start of the one server that owns this store."""
+        removed = 0
+        for leftover in self.temporary_directory.glob("*.partial"):
+            leftover.unlink(missing_ok=True)
+            removed += 1
+        return removed
+
     def remove(self, digest: str) -> None:
         """Deletes the blob; removing one that is not there is fine."""
         self.path_for(digest).unlink(missing_ok=True)

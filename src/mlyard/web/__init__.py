@@ -1,7 +1,7 @@
 """The web UI: server-rendered pages (Jinja2 templates, htmx for the live parts) at `/`.
 
-Pages call the same services as the API with the principal of the token kept in the login
-cookie, so they can show and do exactly what that token may through the API.
+Pages call the same services as the API with the principal of the session kept in the login
+cookie, so they can show and do exactly what its user may through the API.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from fastapi.staticfiles import StaticFiles
 from starlette.responses import Response
 
 from mlyard.web import (
+    api_docs,
     job_charts,
     logstream,
     nodes,
@@ -20,7 +21,10 @@ from mlyard.web import (
     session,
     submit,
 )
+from mlyard.web.cross_site import CrossSiteRefusal
 from mlyard.web.templating import STATIC_DIRECTORY, page
+
+__all__ = ["CrossSiteRefusal", "install"]
 
 
 async def _refused(request: Request, refusal: session.PageRefused) -> Response:
@@ -30,6 +34,6 @@ async def _refused(request: Request, refusal: session.PageRefused) -> Response:
 def install(app: FastAPI) -> None:
     app.add_exception_handler(session.PageRefused, _refused)
     app.include_router(session.router)
-    for module in (pages, logstream, job_charts, overview, submit, nodes, queues):
+    for module in (pages, logstream, job_charts, overview, submit, nodes, queues, api_docs):
         app.include_router(module.router)
     app.mount("/static", StaticFiles(directory=STATIC_DIRECTORY), name="static")

@@ -21,18 +21,24 @@ from fastapi.responses import StreamingResponse
 from starlette.responses import Response
 
 from mlyard.api.jobs import LogChunk
-from mlyard.errors import MlyardError
+from mlyard.errors import MlyardError, TooManyRequests
 from mlyard.server import auth
 from mlyard.server.services import logs
 from mlyard.web.pages import JobId
 from mlyard.web.templating import page
 from mlyard.web.session import PagePrincipal
+from mlyard.web.stream_slots import SlotStreamingResponse, StreamSlots
 
 router = APIRouter(include_in_schema=False)
 
 POLL_SECONDS = 0.5
 KEEPALIVE_SECONDS = 15.0
 """A comment now and then keeps proxies from closing a quiet stream."""
+RELOCATE_SECONDS = 5.0
+"""How often a stream asks the database whether its replica ended and the caller may still read it."""
+WAITING_SECONDS = 1.0
+"""As often while the job has no attempt yet, so its first lines show soon after it starts."""
+DEFAULT_MAX_STREAMS = 16
 STREAM_SECONDS = 300.0
 """A stream ends after this and the browser reconnects, so a revoked token stops it soon."""
 EVENT_CHUNK = 64 * 1024
@@ -53,34 +59,54 @@ async def _read(request: Request, principal: auth.Principal, job_id: int, replic
                                    attempt=attempt, offset=offset, limit=limit)
 
 
+async def _locate(request: Request, principal: auth.Principal, job_id: int, replica: str | None,
+                  attempt: int | None) -> logs.LogLocation:
+    return await run_in_threadpool(logs.locate_log, request.app.state.database, principal, job_id, replica=replica,
+                                   attempt=attempt)
+
+
 async def _events(request: Request, principal: auth.Principal, job_id: int, replica: str | None,
                   attempt: int | None, offset: int) -> AsyncIterator[str]:
+    """Polls the file's size in the event loop and asks the database only every few seconds (has
+    the replica ended? may the caller still read the job?), so open streams cost the server's
+    threads and database almost nothing while their logs are quiet."""
     yield "retry: 2000\n\n"
-    started = quiet_since = time.monotonic()
-    while not await request.is_disconnected():
-        try:
-            chunk = await _read(request, principal, job_id, replica, attempt, offset, EVENT_CHUNK)
-        except MlyardError as error:
-            yield _event("failure", {"message": error.message})
-            return
-        if attempt is None and chunk.attempt:
-            attempt = chunk.attempt  # offsets belong to one attempt's file
-        if chunk.text:
-            offset = chunk.next_offset
-            quiet_since = time.monotonic()
-            yield _event("log", {"text": chunk.text, "attempt": chunk.attempt, "replica": chunk.replica},
-                         f"{chunk.attempt}:{offset}")
-        if chunk.complete:
-            yield _event("end", {"attempt": chunk.attempt, "replica": chunk.replica})
-            return
-        now = time.monotonic()
-        if now - started > STREAM_SECONDS:
-            return
-        if not chunk.text:
-            if now - quiet_since > KEEPALIVE_SECONDS:
+    started = quiet_since = located_at = time.monotonic()
+    try:
+        location = await _locate(request, principal, job_id, replica, attempt)
+        while not await request.is_disconnected():
+            now = time.monotonic()
+            if not location.ended and now - located_at > (RELOCATE_SECONDS if location.attempt else WAITING_SECONDS):
+                location = await _locate(request, principal, job_id, replica, location.attempt or attempt)
+                located_at = now
+            chunk = None
+            if location.ended or logs.located_size(location) > offset:
+                chunk = await run_in_threadpool(logs.read_located, job_id, location, offset, EVENT_CHUNK)
+            if chunk is not None and chunk.text:
+                offset = chunk.next_offset
                 quiet_since = now
-                yield ": keepalive\n\n"
-            await asyncio.sleep(POLL_SECONDS)
+                yield _event("log", {"text": chunk.text, "attempt": chunk.attempt, "replica": chunk.replica},
+                             f"{chunk.attempt}:{offset}")
+            if chunk is not None and chunk.complete:
+                yield _event("end", {"attempt": chunk.attempt, "replica": chunk.replica})
+                return
+            if now - started > STREAM_SECONDS:
+                return
+            if chunk is None or not chunk.text:
+                if now - quiet_since > KEEPALIVE_SECONDS:
+                    quiet_since = now
+                    yield ": keepalive\n\n"
+                await asyncio.sleep(POLL_SECONDS)
+    except MlyardError as error:
+        yield _event("failure", {"message": error.message})
+
+
+def _slots(request: Request) -> StreamSlots:
+    state = request.app.state
+    if getattr(state, "log_streams", None) is None:
+        settings = getattr(state, "settings", None)
+        state.log_streams = StreamSlots(getattr(settings, "max_log_streams_per_user", DEFAULT_MAX_STREAMS))
+    return state.log_streams
 
 
 @router.get("/jobs/{job_id}/logs/stream")
@@ -91,9 +117,16 @@ async def stream_log(request: Request, principal: PagePrincipal, job_id: JobId, 
     resume = RESUME.match(last_event_id or "")
     if resume and int(resume.group(1)) > 0:
         attempt, offset = int(resume.group(1)), int(resume.group(2))
-    return StreamingResponse(_events(request, principal, job_id, replica, attempt, offset),
-                             media_type="text/event-stream",
-                             headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
+    slots = _slots(request)
+    holder = principal.user_id if principal.user_id is not None else principal.name
+    try:
+        slots.take(holder, principal.name)
+    except TooManyRequests as error:
+        return Response(error.message, status_code=error.http_status, media_type="text/plain",
+                        headers={"Retry-After": str(error.retry_after), "Cache-Control": "no-store"})
+    return SlotStreamingResponse(_events(request, principal, job_id, replica, attempt, offset), slots=slots,
+                                 holder=holder, media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"})
 
 
 @router.get("/jobs/{job_id}/logs/download")

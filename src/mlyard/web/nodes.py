@@ -16,7 +16,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Path, Query, Request
 from starlette.responses import Response
 
-from mlyard.api.nodes import NodeInfo, NodeUsage
+from mlyard.api.nodes import JOBS_RUN_AS, NodeInfo, NodeUsage
 from mlyard.api.resources import RunningJobUsage
 from mlyard.errors import MlyardError, NotFound
 from mlyard.server import auth
@@ -151,7 +151,13 @@ def node_health(node: NodeInfo, interval: float, now: float) -> Health:
 
 def node_notes(node: NodeInfo) -> list[str]:
     """What the backend and the sampler say is missing or not enforced on the node."""
-    return [*node.notes, *(node.inventory.notes if node.inventory else [])]
+    return [note for note in (*node.notes, *(node.inventory.notes if node.inventory else []))
+            if not note.startswith(JOBS_RUN_AS)]
+
+
+def jobs_run_as(node: NodeInfo) -> str | None:
+    """The backend's line saying which OS account the node's replicas run as."""
+    return next((note for note in node.notes if note.startswith(JOBS_RUN_AS)), None)
 
 
 def current_usage(node: NodeInfo, interval: float, now: float) -> NodeUsage | None:
@@ -169,10 +175,12 @@ class NodeView:
     health: Health
     usage: NodeUsage | None
     notes: list[str]
+    jobs_run_as: str | None = None
 
 
 def node_view(node: NodeInfo, interval: float, now: float) -> NodeView:
-    return NodeView(node, node_health(node, interval, now), current_usage(node, interval, now), node_notes(node))
+    return NodeView(node, node_health(node, interval, now), current_usage(node, interval, now), node_notes(node),
+                    jobs_run_as(node))
 
 
 # ----------------------------------------------------------------- reading

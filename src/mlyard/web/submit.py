@@ -162,7 +162,8 @@ async def submit(request: Request, principal: ChangingPrincipal) -> Response:
     try:
         submission = await run_in_threadpool(jobs.submit_with_key, request.app.state.database, principal, spec,
                                              key[:128], wake=request.app.state.controller.wake,
-                                             check_image=request.app.state.backend.check_image)
+                                             check_image=request.app.state.backend.check_image,
+                                             secrets=request.app.state.secrets)
     except MlyardError as error:
         field = form_field(error.field) if mode == "form" and error.field else error.field
         problem = FieldError(field=field or "(root)", message=error.message)
@@ -173,12 +174,11 @@ async def submit(request: Request, principal: ChangingPrincipal) -> Response:
 
 @router.post("/jobs/{job_id}/resubmit")
 async def resubmit(request: Request, principal: ChangingPrincipal, job_id: JobId) -> Response:
-    """The same spec and code snapshot again, as a new job."""
+    """The same spec (its hidden values kept) and code snapshot again, as a new job."""
     fields = await _fields(request)
     database = request.app.state.database
     try:
-        job = await run_in_threadpool(jobs.get_job, database, principal, job_id)
-        submission = await run_in_threadpool(jobs.submit_with_key, database, principal, job.spec,
+        submission = await run_in_threadpool(jobs.resubmit, database, principal, job_id,
                                              (fields.get("key") or uuid.uuid4().hex)[:128],
                                              wake=request.app.state.controller.wake,
                                              check_image=request.app.state.backend.check_image)

@@ -51,7 +51,7 @@ class Caller:
     def request(self, method: str, path: str) -> httpx.Response:
         async def send() -> httpx.Response:
             transport = httpx.ASGITransport(app=self.app, client=("10.1.2.3", 4567))
-            async with httpx.AsyncClient(transport=transport, base_url="http://mlyard") as client:
+            async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as client:
                 return await client.request(method, path)
 
         return asyncio.run(send())

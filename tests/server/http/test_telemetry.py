@@ -144,7 +144,7 @@ async def _requests(app, home: Path) -> str:
     async with app.router.lifespan_context(app):
         token = (home / "admin.token").read_text().strip()
         transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://mlyard") as client:
+        async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as client:
             assert (await client.get("/api/v1/jobs/424242")).status_code == 401
             answer = await client.get("/api/v1/jobs/424242", headers={"Authorization": f"Bearer {token}"})
             assert answer.status_code == 404
@@ -158,8 +158,9 @@ async def _requests(app, home: Path) -> str:
 
 def test_requests_are_timed_by_route_template_and_apps_keep_their_own_registries(tmp_path: Path) -> None:
     home = tmp_path / "home"
-    app = create_app(ServerSettings(paths=Paths(home), node_cpus=1))
-    other = create_app(ServerSettings(paths=Paths(tmp_path / "other"), node_cpus=1))
+    # job_users="off": as root, "auto" refuses to start where job accounts cannot run Python.
+    app = create_app(ServerSettings(paths=Paths(home), node_cpus=1, job_users="off"))
+    other = create_app(ServerSettings(paths=Paths(tmp_path / "other"), node_cpus=1, job_users="off"))
     text = asyncio.run(_requests(app, home))
     assert "424242" not in text, "a raw path is never a label"
     samples = samples_of(text_string_to_metric_families(text))

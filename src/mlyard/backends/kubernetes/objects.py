@@ -1,7 +1,7 @@
 """An attempt as Kubernetes objects, in the API's JSON shape: pure, so it is tested as data.
 
 Per attempt: a headless Service (the pods' DNS subdomain, and the owner of everything else),
-a Secret with each replica's API token, and one Pod per replica. A pod runs
+a Secret with each replica's API token and the job's `env_secrets`, and one Pod per replica. A pod runs
 `python -m mlyard.backends.kubernetes.entrypoint`, which runs mlyard's launcher in the
 replica's directory on the shared volume: it extracts the code snapshot, runs the command,
 writes its output to `output.log` (and the container's stdout) and its exit status to
@@ -60,7 +60,8 @@ def render_service(launch: AttemptLaunch, settings: KubernetesSettings) -> dict[
 
 def render_secret(launch: AttemptLaunch, settings: KubernetesSettings,
                   owner: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """Each replica's API token, out of the pod spec (which anyone who may list pods reads)."""
+    """Each replica's API token and the job's `env_secrets`, out of the pod spec (which anyone
+    who may list pods reads)."""
     metadata: dict[str, Any] = {"name": names.service_name(launch.job_id, launch.attempt),
                                 "namespace": settings.namespace,
                                 "labels": names.attempt_labels(launch.job_id, launch.attempt)}
@@ -71,7 +72,10 @@ def render_secret(launch: AttemptLaunch, settings: KubernetesSettings,
         "kind": "Secret",
         "metadata": metadata,
         "type": "Opaque",
-        "stringData": {_token_key(replica): replica.env.get(TOKEN_VARIABLE, "") for replica in launch.replicas},
+        "stringData": {
+            **{_token_key(replica): replica.env.get(TOKEN_VARIABLE, "") for replica in launch.replicas},
+            **{_secret_key(name): replica.env[name] for replica in launch.replicas for name in replica.secret_names},
+        },
     }
 
 
@@ -168,7 +172,7 @@ def _container(launch: AttemptLaunch, replica: ReplicaLaunch, settings: Kubernet
 def pod_environment(launch: AttemptLaunch, replica: ReplicaLaunch) -> list[dict[str, Any]]:
     """The replica's environment as the local backend gives it, sorted by name, with what a
     pod sees differently: its GPUs from 0, itself alone on its machine, the token by reference."""
-    environment = dict(replica.env)
+    environment = {name: value for name, value in replica.env.items() if name not in replica.secret_names}
     environment.pop(TOKEN_VARIABLE, None)
     environment.update(
         LOCAL_RANK="0",
@@ -183,11 +187,19 @@ def pod_environment(launch: AttemptLaunch, replica: ReplicaLaunch) -> list[dict[
     if TOKEN_VARIABLE in replica.env:
         variables.append({"name": TOKEN_VARIABLE, "valueFrom": {"secretKeyRef": {
             "name": names.service_name(launch.job_id, launch.attempt), "key": _token_key(replica)}}})
+    for name in sorted(replica.secret_names):
+        variables.append({"name": name, "valueFrom": {"secretKeyRef": {
+            "name": names.service_name(launch.job_id, launch.attempt), "key": _secret_key(name)}}})
     return variables
 
 
 def _token_key(replica: ReplicaLaunch) -> str:
     return f"token-{replica.name}"
+
+
+def _secret_key(name: str) -> str:
+    """The same for every replica: `env_secrets` belong to the job."""
+    return f"env-{name}"
 
 
 def _owner_reference(service: str, uid: str) -> dict[str, Any]:

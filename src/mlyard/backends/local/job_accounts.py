@@ -10,7 +10,9 @@ own directories without listing anyone else's.
 
 `MLYARD_JOB_USERS` chooses: `per-user` (required; the server refuses to start if it cannot
 keep the promise), `off` (every job runs as the server's user; the server's files stay
-private to that user, umask 077), or `auto` (the default: `per-user` when it can work here).
+private to that user, umask 077), or `auto` (the default: `per-user` as root, the server's own
+account otherwise). A root server in `auto` where per-user accounts cannot work refuses to
+start rather than run every job as root: only an explicit `off` does that.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import threading
 from collections.abc import Iterable
 from pathlib import Path
 
+from mlyard.api.nodes import JOBS_RUN_AS
 from mlyard.errors import MlyardError
 from mlyard.runtime.launch_config import OsAccount
 
@@ -140,30 +143,59 @@ def _runnable_by_others(executable: str) -> bool:
     return bool(mode & stat.S_IXOTH) and _unreachable_ancestor(real) is None
 
 
-def resolve(mode: str, home: Path, *, prefix: str = DEFAULT_PREFIX,
-            python: str | None = None) -> tuple[JobAccounts | None, str | None]:
-    """The job accounts to use under `mode`, and a note on what jobs run as when that is not
-    separate accounts. `per-user` raises what stops it; `auto` falls back with the reason."""
+def _python_problem(python: str) -> tuple[str, str] | None:
+    """What keeps other accounts from running `python`, and how to fix it; None if nothing."""
+    if _runnable_by_others(python):
+        return None
+    real = Path(os.path.realpath(python))
+    blocked = _unreachable_ancestor(real)
+    if blocked is None:
+        return f"the server's Python {real} cannot be run by other accounts", f"chmod o+rx {real}"
+    return (f"the server's Python {real} cannot be run by other accounts ({blocked} is closed to them)",
+            f"run the server with a Python outside {blocked} (e.g. a virtualenv of /usr/bin/python3 under /opt)"
+            f" or chmod o+x {blocked}")
+
+
+def jobs_run_as(accounts: JobAccounts | None, mode: str) -> str:
+    """The line `mlyard nodes` shows: which OS account the replicas run as."""
+    if accounts is not None:
+        return f"{JOBS_RUN_AS}per-user OS accounts ({accounts.prefix}<user>)"
+    me = pwd.getpwuid(os.geteuid()).pw_name
     if mode == "off":
-        return None, None
-    problems = []
+        return f"{JOBS_RUN_AS}{me} (MLYARD_JOB_USERS=off)"
+    return f"{JOBS_RUN_AS}{me}, the server's own account (it does not run as root: no per-user accounts)"
+
+
+def resolve(mode: str, home: Path, *, prefix: str = DEFAULT_PREFIX,
+            python: str | None = None) -> tuple[JobAccounts | None, str]:
+    """The job accounts to use under `mode` (None: the server's own account), and the line
+    saying what jobs run as. Raises what stops `per-user`, and, as root, what stops `auto`."""
+    if mode == "off":
+        return None, jobs_run_as(None, mode)
     if os.geteuid() != 0:
-        problems.append("the server does not run as root")
+        if mode == "per-user":
+            raise MlyardError("MLYARD_JOB_USERS=per-user cannot work: the server does not run as root")
+        return None, jobs_run_as(None, mode)  # one unprivileged account: nothing to separate jobs into
+    problems, fixes = [], []
     if shutil.which("useradd") is None:
         problems.append("useradd is not installed")
+        fixes.append("install useradd (the passwd package)")
     blocked = _unreachable_ancestor(home)  # MLYARD_HOME itself is made passable at start
     if blocked is not None:
         problems.append(f"{blocked} is closed to other accounts (mode {stat.S_IMODE(blocked.stat().st_mode):o}), "
                         f"so they cannot reach MLYARD_HOME {home}")
-    if mode == "per-user":
-        if problems:
-            raise MlyardError(f"MLYARD_JOB_USERS=per-user cannot work: {'; '.join(problems)}")
-        return JobAccounts(home / "homes", prefix), None
-    if python is not None and not _runnable_by_others(python):
-        problems.append(f"the server's Python {python} cannot be run by other accounts")
+        fixes.append(f"choose an MLYARD_HOME outside {blocked} or chmod o+x {blocked}")
+    if mode == "per-user" and problems:
+        raise MlyardError(f"MLYARD_JOB_USERS=per-user cannot work: {'; '.join(problems)}")
+    found = _python_problem(python) if mode == "auto" and python is not None else None
+    if found is not None:
+        problems.append(found[0])
+        fixes.append(found[1])
     if problems:
-        if os.geteuid() != 0:
-            return None, None  # one unprivileged account: there is nothing to separate jobs into
-        return None, (f"jobs of every user run as root: {'; '.join(problems)} "
-                      "(MLYARD_JOB_USERS=per-user makes this an error)")
-    return JobAccounts(home / "homes", prefix), None
+        fixes = list(dict.fromkeys(fixes))
+        raise MlyardError(
+            f"MLYARD_JOB_USERS=auto: the server runs as root but cannot run jobs under per-user OS accounts: "
+            f"{'; '.join(problems)}. To fix it, {'; '.join(fixes)}; or set MLYARD_JOB_USERS=off to run "
+            "every job as root")
+    accounts = JobAccounts(home / "homes", prefix)
+    return accounts, jobs_run_as(accounts, mode)

@@ -46,7 +46,9 @@ from mlyard.backends.local.containers.replicas import ContainerPlan
 from mlyard.backends.local.gpus import local_gpus
 from mlyard.backends.local.job_accounts import JobAccounts, make_passable
 from mlyard.errors import MlyardError
+from mlyard.runtime.job_environment import scrubbed
 from mlyard.runtime.launch_config import (
+    CODE_DIRECTORY,
     EXIT_FILE,
     HEARTBEAT_FILE,
     HEARTBEAT_INTERVAL,
@@ -105,7 +107,8 @@ class LocalBackend(Backend):
     def __init__(self, *, cpus: int | None = None, memory_bytes: int | None = None,
                  gpus: tuple[GpuDescription, ...] | None = None, max_log_bytes: int = DEFAULT_MAX_LOG_BYTES,
                  job_accounts: JobAccounts | None = None, notes: tuple[str, ...] = (),
-                 containers: ContainerReplicas | None = FROM_ENVIRONMENT):
+                 containers: ContainerReplicas | None = FROM_ENVIRONMENT, hide_home: Path | None = None,
+                 env_passthrough: tuple[str, ...] = ()):
         available = sorted(os.sched_getaffinity(0))
         if cpus is not None and not 1 <= cpus <= len(available):
             raise ValueError(f"the node can offer 1 to {len(available)} CPUs, not {cpus}")
@@ -118,6 +121,9 @@ class LocalBackend(Backend):
         self._children: dict[int, subprocess.Popen] = {}
         self.max_log_bytes = max_log_bytes
         self.job_accounts = job_accounts
+        # Replicas on the server's own account see only their own directories of it (`hide_home.py`).
+        self.hide_home = hide_home if job_accounts is None else None
+        self.env_passthrough = env_passthrough
         if containers is FROM_ENVIRONMENT:
             containers = container_runtime.from_environment(max_log_bytes)
         self.containers: ContainerReplicas | None = containers
@@ -189,6 +195,11 @@ class LocalBackend(Backend):
             prepend_path=str(Path(sys.executable).parent),
             max_log_bytes=self.max_log_bytes,
             run_as=account,
+            hide_home=self.hide_home,
+            keep=(str(replica.directory / CODE_DIRECTORY), *map(str, launch.private_directories))
+            if self.hide_home is not None else (),
+            keep_read_only=(replica.env["VIRTUAL_ENV"],)
+            if self.hide_home is not None and "VIRTUAL_ENV" in replica.env else (),
         )
         return ProcessPlan(replica=replica, argv=(sys.executable, "-m", LAUNCHER_MODULE, str(replica.directory)),
                            config=config)
@@ -265,6 +276,7 @@ class LocalBackend(Backend):
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
                 close_fds=True,
+                env=scrubbed(os.environ, self.env_passthrough),
             )
         self._children[process.pid] = process
         threading.Thread(target=self._watch, args=(process,), name=f"watch-{process.pid}", daemon=True).start()

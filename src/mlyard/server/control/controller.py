@@ -351,6 +351,10 @@ class Controller:
                 switch_status(session, job, JobStatus.FAILED, now=now,
                               message=f"environment {spec.environment!r} is no longer ready to run it")
                 return None
+            secrets, unreadable = launches.open_secrets(spec, self.settings.secret_key_path)
+            if unreadable is not None:  # retrying cannot help: another server's key sealed them
+                switch_status(session, job, JobStatus.FAILED, now=now, message=f"cannot start: {unreadable}")
+                return None
             job.attempt_count += 1
             job.wait_reason = None
             job.restart_at = None
@@ -367,10 +371,10 @@ class Controller:
                                  token=token, earlier_attempts=attempt.number - 1,
                                  checkpoint_directory=str(directories[0]), master_port=master_port,
                                  tensorboard_directory=str(directories[1]))
-            environments = replica_environments(spec, slots, context)
+            environments = [{**environment, **secrets} for environment in replica_environments(spec, slots, context)]
             image = launches.apply_environment(spec, built, environments)
             launch = launches.attempt_launch(job, attempt, spec, rows, environments, image, self.settings.paths,
-                                             self.blobs, directories)
+                                             self.blobs, directories, secret_names=frozenset(secrets))
             return launch, attempt.id
 
     def _replica_rows(self, session: Session, decision: StartJob, job: JobRow, attempt: AttemptRow,

@@ -8,8 +8,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from mlyard.backends.base import AttemptLaunch, Backend, ReplicaLaunch
+from mlyard.errors import MlyardError
 from mlyard.paths import Paths
 from mlyard.scheduler import StartJob
+from mlyard.server import job_secrets
 from mlyard.server.store.rows import AttemptRow, EnvironmentRow, JobRow, ReplicaRow
 from mlyard.spec import JobSpec
 from mlyard.storage import BlobStore
@@ -41,9 +43,19 @@ def apply_environment(spec: JobSpec, built: EnvironmentRow | None, environments:
     return None
 
 
+def open_secrets(spec: JobSpec, key_file: Path) -> tuple[dict[str, str], str | None]:
+    """The job's `env_secrets` in clear for its replicas' environment, or why they cannot be."""
+    if not spec.env_secrets:
+        return {}, None
+    try:
+        return job_secrets.box_at(key_file).open(spec.env_secrets), None
+    except MlyardError as error:
+        return {}, error.message
+
+
 def attempt_launch(job: JobRow, attempt: AttemptRow, spec: JobSpec, rows: Sequence[ReplicaRow],
                    environments: Sequence[dict[str, str]], image: str | None, paths: Paths, blobs: BlobStore,
-                   private_directories: tuple[Path, ...]) -> AttemptLaunch:
+                   private_directories: tuple[Path, ...], secret_names: frozenset[str] = frozenset()) -> AttemptLaunch:
     roles = {role.name: role for role in spec.roles}
     return AttemptLaunch(
         job_id=job.id,
@@ -57,7 +69,7 @@ def attempt_launch(job: JobRow, attempt: AttemptRow, spec: JobSpec, rows: Sequen
                 command=tuple(spec.command_for(roles[row.role])), env=environment,
                 directory=paths.replica_directory(job.id, attempt.number, row.name),
                 snapshot=blobs.path_for(job.snapshot) if job.snapshot else None,
-                image=image,
+                image=image, secret_names=secret_names,
             )
             for row, environment in zip(rows, environments, strict=True)
         ),

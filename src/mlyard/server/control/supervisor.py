@@ -58,7 +58,7 @@ class Supervisor:
         monitor = NodeMonitor.start_for(database, self.backend, self.settings)
         if monitor is not None:
             self.workers.append(monitor)
-        builder = builder_for(self.backend, self.settings.paths)
+        builder = builder_for(self.backend, self.settings.paths, self.settings.environment_builds)
         if builder is not None:
             builds = EnvironmentBuilds(database, self.settings.paths, builder)
             builds.start()

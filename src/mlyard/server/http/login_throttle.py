@@ -1,10 +1,15 @@
-"""Failed logins slow down guessing: after MAX_FAILURES failures within WINDOW for one account
-(or MAX_ADDRESS_FAILURES from one address, higher because many people may share an address
-behind a proxy), further attempts are refused until the oldest of them leaves the window.
+"""Failed logins slow down guessing without letting anyone lock a user out.
+
+Failures are counted per (user, address): after FREE_FAILURES of them, each further attempt
+from that address for that user waits a delay that doubles from FIRST_DELAY up to MAX_DELAY
+after the last failure. A guesser's failures from one address never delay the same user from
+another, so a flood of wrong passwords cannot keep the right one out. Each address also has an
+overall cap (MAX_ADDRESS_FAILURES within WINDOW, higher because many people may share an
+address behind a proxy), which bounds one address trying many names.
 
 Kept in the server's memory: a restart forgets it, and servers sharing a database count
-separately. That bounds a guesser to a few attempts per window per server, which is what the
-throttle is for; argon2's cost bounds it further.
+separately. A guesser with many addresses is bounded by the per-address caps and by argon2's
+cost, not by a per-user lock, which would hand everyone a way to lock anyone out.
 """
 
 from __future__ import annotations
@@ -13,50 +18,79 @@ import math
 import threading
 import time
 from collections import defaultdict, deque
+from dataclasses import dataclass
 
 from mlyard.errors import TooManyRequests
 
-MAX_FAILURES = 5
+FREE_FAILURES = 3
+FIRST_DELAY = 1.0
+MAX_DELAY = 300.0
 MAX_ADDRESS_FAILURES = 30
 WINDOW = 300.0
+FORGET_AFTER = 3600.0
+"""A (user, address) whose last failure is older than this starts again from no failures."""
+
+
+@dataclass
+class _Failures:
+    count: int = 0
+    last: float = 0.0
 
 
 class LoginThrottle:
-    def __init__(self, max_failures: int = MAX_FAILURES, max_address_failures: int = MAX_ADDRESS_FAILURES,
+    def __init__(self, free_failures: int = FREE_FAILURES, first_delay: float = FIRST_DELAY,
+                 max_delay: float = MAX_DELAY, max_address_failures: int = MAX_ADDRESS_FAILURES,
                  window: float = WINDOW) -> None:
-        self.limits = {"user": max_failures, "address": max_address_failures}
-        self.window = window
-        self._failures: dict[str, deque[float]] = defaultdict(deque)
+        self.free_failures, self.first_delay, self.max_delay = free_failures, first_delay, max_delay
+        self.max_address_failures, self.window = max_address_failures, window
+        self._pairs: dict[tuple[str, str], _Failures] = defaultdict(_Failures)
+        self._addresses: dict[str, deque[float]] = defaultdict(deque)
         self._lock = threading.Lock()
 
-    def _recent(self, key: str, now: float) -> deque[float]:
-        failures = self._failures[key]
+    def delay(self, failures: int) -> float:
+        """How long after its last failure a (user, address) waits, having failed `failures` times."""
+        if failures < self.free_failures:
+            return 0.0
+        return min(self.max_delay, self.first_delay * 2 ** (failures - self.free_failures))
+
+    def _recent(self, address: str, now: float) -> deque[float]:
+        failures = self._addresses[address]
         while failures and failures[0] <= now - self.window:
             failures.popleft()
         return failures
 
     def check(self, user: str, address: str, now: float | None = None) -> None:
-        """Raises TooManyRequests while the account or the address is locked out."""
+        """Raises TooManyRequests while this user must wait at this address, or the address is capped."""
         now = time.monotonic() if now is None else now
         with self._lock:
-            for kind, value, what in (("user", user, f"user {user!r}"), ("address", address, f"address {address}")):
-                failures = self._recent(f"{kind}:{value}", now)
-                limit = self.limits[kind]
-                if len(failures) >= limit:
-                    wait = max(1, math.ceil(failures[-limit] + self.window - now))
-                    raise TooManyRequests(f"too many failed logins for {what}; try again in {wait} s",
-                                          retry_after=wait)
+            pair = self._pairs.get((user, address))
+            if pair is not None:
+                wait = pair.last + self.delay(pair.count) - now
+                if wait > 0:
+                    seconds = max(1, math.ceil(wait))
+                    raise TooManyRequests(f"too many failed logins for user {user!r} from this address; try "
+                                          f"again in {seconds} s", retry_after=seconds)
+            failures = self._recent(address, now)
+            if len(failures) >= self.max_address_failures:
+                seconds = max(1, math.ceil(failures[-self.max_address_failures] + self.window - now))
+                raise TooManyRequests(f"too many failed logins from address {address}; try again in {seconds} s",
+                                      retry_after=seconds)
 
     def failed(self, user: str, address: str, now: float | None = None) -> None:
         now = time.monotonic() if now is None else now
         with self._lock:
-            for key in (f"user:{user}", f"address:{address}"):
-                self._recent(key, now).append(now)
-            # Bounded memory: addresses and names that stopped failing are forgotten.
-            if len(self._failures) > 10_000:
-                for key in [key for key, failures in self._failures.items() if not self._recent(key, now)]:
-                    del self._failures[key]
+            pair = self._pairs[(user, address)]
+            if now - pair.last > FORGET_AFTER:
+                pair.count = 0
+            pair.count, pair.last = pair.count + 1, now
+            self._recent(address, now).append(now)
+            # Bounded memory: pairs and addresses that stopped failing are forgotten.
+            if len(self._pairs) + len(self._addresses) > 10_000:
+                for key in [key for key, value in self._pairs.items() if now - value.last > FORGET_AFTER]:
+                    del self._pairs[key]
+                for key in [key for key in self._addresses if not self._recent(key, now)]:
+                    del self._addresses[key]
 
-    def succeeded(self, user: str) -> None:
+    def succeeded(self, user: str, address: str) -> None:
         with self._lock:
-            self._failures.pop(f"user:{user}", None)
+            self._pairs.pop((user, address), None)

@@ -11,6 +11,8 @@ from mlyard.server import auth
 from mlyard.server.store.db import Database
 
 bearer = HTTPBearer(auto_error=False, description="an mlyard API token")
+API_PREFIX = "/api/v1"
+"""Where `app.py` mounts the routers; a route's template may or may not carry it."""
 
 
 def database(request: Request) -> Database:
@@ -23,6 +25,8 @@ def principal(
     header = f"{credentials.scheme} {credentials.credentials}" if credentials else request.headers.get("authorization")
     principal = auth.authenticate(request.app.state.database, header)
     request.state.principal = principal  # the audit log's actor (server/audit.py)
+    route = getattr(request.scope.get("route"), "path", "").removeprefix(API_PREFIX)
+    auth.admit_route(principal, request.method, route, request.path_params.get("job_id"))
     return principal
 
 
@@ -34,7 +38,13 @@ def image_check(request: Request):
     return request.app.state.backend.check_image
 
 
+def secret_box(request: Request):
+    """What seals a submission's `env_secrets` (`job_secrets.box_at`, opened at the start)."""
+    return request.app.state.secrets
+
+
 DatabaseDependency = Annotated[Database, Depends(database)]
 PrincipalDependency = Annotated[auth.Principal, Depends(principal)]
 WakeDependency = Annotated[object, Depends(wake_controller)]
 ImageCheckDependency = Annotated[object, Depends(image_check)]
+SecretsDependency = Annotated[object, Depends(secret_box)]

@@ -11,6 +11,7 @@ from mlyard.server.routers.dependencies import (
     DatabaseDependency,
     ImageCheckDependency,
     PrincipalDependency,
+    SecretsDependency,
     WakeDependency,
 )
 from mlyard.server.services import jobs, logs
@@ -32,6 +33,7 @@ def submit_job(
     caller: PrincipalDependency,
     wake: WakeDependency,
     check_image: ImageCheckDependency,
+    secrets: SecretsDependency,
     response: Response,
     idempotency_key: Annotated[str | None, Header(
         min_length=1, max_length=255, pattern=r"^[\x21-\x7e]+$",
@@ -40,10 +42,12 @@ def submit_job(
     )] = None,
 ) -> JobInfo:
     """Queues a job. It starts when the scheduler finds room for all its replicas at once.
-    The job is stored durably before the answer is sent."""
+    The job is stored durably before the answer is sent. `env_secrets` values are stored encrypted
+    and never shown again."""
     if idempotency_key is None:
-        return jobs.submit(database, caller, spec, wake=wake, check_image=check_image)
-    submission = jobs.submit_with_key(database, caller, spec, idempotency_key, wake=wake, check_image=check_image)
+        return jobs.submit(database, caller, spec, wake=wake, check_image=check_image, secrets=secrets)
+    submission = jobs.submit_with_key(database, caller, spec, idempotency_key, wake=wake, check_image=check_image,
+                                      secrets=secrets)
     if submission.replayed:
         response.headers["Idempotent-Replayed"] = "true"
     return submission.job

@@ -30,8 +30,9 @@ ProjectQuery = Annotated[str | None, Query(pattern=NAME_PATTERN, description="th
 async def upload_snapshot(digest: Digest, request: Request, caller: PrincipalDependency,
                           project: ProjectQuery = None) -> SnapshotInfo:
     """Stores a gzip tarball of a code directory under its sha256. The archive is checked
-    before it enters the store (no absolute paths, `..`, links out, devices). With `project`,
-    the project keeps the code, within its storage limit (403 `quota_exceeded` past it)."""
+    before it enters the store (no absolute paths, `..`, links out, devices, nothing that
+    unpacks past the server's limits). The caller may then name it in their jobs; with
+    `project`, the project keeps the code, within its storage limit (403 `quota_exceeded` past it)."""
     limit = request.app.state.settings.max_snapshot_bytes
     too_large = f"the snapshot is over the server's {format_megabytes(limit)} limit (MLYARD_MAX_SNAPSHOT)"
     declared = int(request.headers.get("content-length") or 0)
@@ -51,9 +52,13 @@ async def upload_snapshot(digest: Digest, request: Request, caller: PrincipalDep
         return await run_in_threadpool(
             snapshots.store_snapshot, request.app.state.database, request.app.state.blobs, caller, chunks,
             expected_digest=digest, max_bytes=limit, project=project,
+            limits=request.app.state.settings.snapshot_limits(),
         )
 
 
 @router.get("/{digest}", response_model=SnapshotInfo, responses={401: {"model": ErrorBody}, 404: {"model": ErrorBody}})
-def get_snapshot(digest: Digest, database: DatabaseDependency, caller: PrincipalDependency) -> SnapshotInfo:
-    return snapshots.get_snapshot(database, caller, digest)
+def get_snapshot(digest: Digest, database: DatabaseDependency, caller: PrincipalDependency,
+                 project: ProjectQuery = None) -> SnapshotInfo:
+    """The snapshot, if the caller may name it in a job (of `project`, when given): they uploaded
+    it, or a project they submit to keeps it. Otherwise 404, and the client uploads it."""
+    return snapshots.get_snapshot(database, caller, digest, project)

@@ -1,9 +1,12 @@
 """Users, their passwords and their tokens; logging in with a password.
 
-A login creates a token like any other, with an expiry: the CLI stores it (`mlyard login`), the
-web UI keeps it in its cookie (kind `session`, ended by logging out). Secrets are returned once
-and stored only as hashes. Password hashing (argon2, deliberately slow) runs outside any
-database transaction.
+A password login creates a token like any other, with an expiry: kind `login` for the CLI
+(`mlyard login`), kind `session` for the web UI's cookie. The web UI's login with a token mints
+a `session` of its own whose `parent_token_id` names that token, so the cookie never holds an
+API token and the session dies with its parent. A password change revokes the user's sessions
+and login tokens (tokens made with `mlyard tokens create` stay: they belong to scripts, not to
+whoever knew the password). Secrets are returned once and stored only as hashes. Password
+hashing (argon2, deliberately slow) runs outside any database transaction.
 """
 
 from __future__ import annotations
@@ -31,7 +34,11 @@ from mlyard.server.http.login_throttle import LoginThrottle
 from mlyard.server.store.rows import ApiTokenRow, UserRow
 
 SESSION_LIFETIME = 7 * 24 * 3600.0
-LISTED_KINDS = ("api", "session")
+LISTED_KINDS = ("api", "login", "session")
+PASSWORD_KINDS = ("login", "session")
+"""What a password change ends: what knowing the password was enough to obtain."""
+PARENT_KINDS = ("api", "login")
+"""The tokens a web UI session may be started with."""
 """Job tokens are the server's business: they are not listed or revoked by people."""
 
 
@@ -109,12 +116,21 @@ def set_password(database: Database, principal: auth.Principal, name: str, chang
     with database.transaction() as session:
         target = _user(session, name)
         target.password_hash = new_hash
+        # Whoever learned the old password may hold a session or a login token: they end here,
+        # except the one this change comes with (an administrator's reset keeps none of them).
+        kept = principal.token_id if own else None
+        for row in session.scalars(select(ApiTokenRow).where(
+                ApiTokenRow.user_id == target.id, ApiTokenRow.kind.in_(PASSWORD_KINDS),
+                ApiTokenRow.revoked_at.is_(None))):
+            if row.id != kept:
+                row.revoked_at = time.time()
         return _user_info(target)
 
 
 def log_in(database: Database, throttle: LoginThrottle, request: LoginRequest, *, address: str,
-           kind: str = "api") -> IssuedToken:
-    """A new token for the user whose password this is; failures are counted by `throttle`."""
+           kind: str = "login") -> IssuedToken:
+    """A new token (`login`, or a web UI `session`) for the user whose password this is;
+    failures are counted by `throttle`."""
     throttle.check(request.user, address)
     with database.transaction() as session:
         row = session.scalar(select(UserRow).where(UserRow.name == request.user))
@@ -124,7 +140,7 @@ def log_in(database: Database, throttle: LoginThrottle, request: LoginRequest, *
     if user_id is None or password_hash is None or not matches:
         throttle.failed(request.user, address)
         raise Unauthorized("wrong user name or password")
-    throttle.succeeded(request.user)
+    throttle.succeeded(request.user, address)
     lifetime = SESSION_LIFETIME if kind == "session" else request.expires_in
     with database.transaction() as session:
         secret = auth.issue_token(session, name=request.token_name, user_id=user_id, kind=kind,
@@ -171,6 +187,20 @@ def revoke_token(database: Database, principal: auth.Principal, token_id: int) -
             row.revoked_at = time.time()
         owner = session.get(UserRow, row.user_id)
         return _token_info(row, owner.name if owner else "?")
+
+
+def start_session(database: Database, principal: auth.Principal) -> str:
+    """A web UI session for the caller of an API or login token: a token of its own, ending at
+    the latest when that one does (see `auth.authenticate`)."""
+    with database.transaction() as session:
+        parent = session.get(ApiTokenRow, principal.token_id) if principal.token_id is not None else None
+        if parent is None or parent.kind not in PARENT_KINDS or principal.user_id is None:
+            raise Unauthorized("only an API token of a user can start a web UI session")
+        expires_at = time.time() + SESSION_LIFETIME
+        if parent.expires_at is not None:
+            expires_at = min(expires_at, parent.expires_at)
+        return auth.issue_token(session, name=f"web session (token {parent.name})"[:128], user_id=principal.user_id,
+                                kind="session", expires_at=expires_at, parent_token_id=parent.id)
 
 
 def end_session(database: Database, principal: auth.Principal) -> None:

@@ -7,7 +7,6 @@ controller's work, which `submit` and `cancel` wake through the `wake` callback.
 from __future__ import annotations
 
 import hashlib
-import json
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -20,7 +19,6 @@ from mlyard.api.jobs import AttemptInfo, EventInfo, JobDetail, JobInfo, ReplicaI
 from mlyard.errors import (
     Conflict,
     InvalidRequest,
-    NotFound,
     Unschedulable,
 )
 from mlyard.scheduler import unschedulable_reason
@@ -36,10 +34,10 @@ from mlyard.server.store.rows import (
     JobRow,
     NodeRow,
     QueueRow,
-    SnapshotRow,
     UserRow,
 )
-from mlyard.server.services import environments, project_storage, projects
+from mlyard.server.job_secrets import SecretBox
+from mlyard.server.services import environments, job_specs, project_storage, projects, snapshots
 from mlyard.spec import JobSpec, JobStatus
 
 LOG_TAIL_LINES = 20
@@ -60,7 +58,7 @@ def _caller(principal: auth.Principal) -> str:
     return f"user:{principal.user_id}" if principal.user_id is not None else f"principal:{principal.name}"
 
 
-def _replay(session: Session, caller: str, key: str, digest: str) -> JobInfo | None:
+def _replay(session: Session, principal: auth.Principal, caller: str, key: str, digest: str) -> JobInfo | None:
     """The job an earlier request with this key created, if any."""
     earlier = session.scalar(select(IdempotencyKeyRow).where(
         IdempotencyKeyRow.caller == caller, IdempotencyKeyRow.key == key,
@@ -70,39 +68,44 @@ def _replay(session: Session, caller: str, key: str, digest: str) -> JobInfo | N
     if earlier.request_sha256 != digest:
         raise Conflict(f"Idempotency-Key {key!r} was used for a different job (job {earlier.job_id}); "
                        "use a new key for a new submission", field="headers.Idempotency-Key")
-    return job_info(session.get(JobRow, earlier.job_id))
+    return job_info(session.get(JobRow, earlier.job_id), principal)
 
 
 def submit(database: Database, principal: auth.Principal, spec: JobSpec, *, wake: Callable[[], None],
-           check_image: Callable[[str], str | None] | None = None) -> JobInfo:
-    """Stores the job QUEUED; it is durable once this returns."""
+           check_image: Callable[[str], str | None] | None = None, secrets: SecretBox | None = None) -> JobInfo:
+    """Stores the job QUEUED; it is durable once this returns. `secrets` seals its `env_secrets`."""
     auth.authorize(principal, auth.Action.WRITE)
+    job_specs.refuse_shown_values(spec)
     _check_image(spec, check_image)
-    info = _insert(database, principal, spec, None)
+    info = _insert(database, principal, job_specs.sealed_spec(spec, secrets), None)
     wake()
     return info
 
 
 def submit_with_key(
     database: Database, principal: auth.Principal, spec: JobSpec, idempotency_key: str, *, wake: Callable[[], None],
-    check_image: Callable[[str], str | None] | None = None,
+    check_image: Callable[[str], str | None] | None = None, secrets: SecretBox | None = None, sealed: bool = False,
 ) -> Submission:
     """`submit`, except that a retry of the same request (same caller, key and spec) returns
-    the job the first one created instead of creating another."""
+    the job the first one created instead of creating another. `sealed`: the spec's secrets are
+    already encrypted (a stored spec submitted again)."""
     auth.authorize(principal, auth.Action.WRITE)
+    if not sealed:
+        job_specs.refuse_shown_values(spec)
     caller = _caller(principal)
-    digest = hashlib.sha256(json.dumps(spec.model_dump(mode="json"), sort_keys=True).encode()).hexdigest()
+    digest = hashlib.sha256(job_specs.request_text(spec, None if sealed else secrets).encode()).hexdigest()
     with database.transaction() as session:
-        replayed = _replay(session, caller, idempotency_key, digest)
+        replayed = _replay(session, principal, caller, idempotency_key, digest)
     if replayed is not None:  # a retry gets the first answer, whatever the engine holds now
         return Submission(job=replayed, replayed=True)
     _check_image(spec, check_image)
+    stored = spec if sealed else job_specs.sealed_spec(spec, secrets)
     try:
-        info = _insert(database, principal, spec, (caller, idempotency_key, digest))
+        info = _insert(database, principal, stored, (caller, idempotency_key, digest))
     except IntegrityError:
         # A concurrent request with the same key committed first (PostgreSQL lets both get this far).
         with database.transaction() as session:
-            replayed = _replay(session, caller, idempotency_key, digest)
+            replayed = _replay(session, principal, caller, idempotency_key, digest)
         if replayed is None:
             raise
         return Submission(job=replayed, replayed=True)
@@ -135,13 +138,10 @@ def _insert(database: Database, principal: auth.Principal, spec: JobSpec,
         projects.ensure_project(session, principal, spec.project)
         auth.require_role(principal, spec.project, auth.Role.MEMBER, f"submit jobs to project {spec.project!r}")
         if spec.snapshot is not None:
-            snapshot = session.get(SnapshotRow, spec.snapshot)
-            if snapshot is None:
-                raise NotFound(f"snapshot {spec.snapshot[:12]} is not on the server; upload it first",
-                               field="snapshot")
+            snapshot = snapshots.require_usable(session, principal, spec.snapshot, spec.project)
             project_storage.charge(session, spec.project, spec.snapshot, snapshot.size)
         if spec.environment is not None:
-            environments.check_for_job(session, spec.environment)
+            environments.check_for_job(session, spec.environment, spec.project)
         # The default project's queues are shared; any other queue takes its own project's jobs.
         if queue is not None and queue.project not in (projects.DEFAULT_PROJECT, spec.project):
             raise InvalidRequest(f"queue {spec.queue!r} belongs to project {queue.project!r}; a job of project "
@@ -175,8 +175,21 @@ def _insert(database: Database, principal: auth.Principal, spec: JobSpec,
                 IdempotencyKeyRow.created_at < now - IDEMPOTENCY_KEY_LIFETIME))
             session.add(IdempotencyKeyRow(caller=caller, key=value, request_sha256=digest, job_id=job.id,
                                           created_at=now))
-        info = job_info(job)
+        info = job_info(job, principal)
     return info
+
+
+def resubmit(database: Database, principal: auth.Principal, job_id: int, idempotency_key: str, *,
+             wake: Callable[[], None], check_image: Callable[[str], str | None] | None = None) -> Submission:
+    """The job's spec as stored (its env values and sealed secrets kept) as a new job, for a
+    caller who may see those values (`job_specs.check_resubmission`)."""
+    auth.authorize(principal, auth.Action.READ, job_id=job_id)
+    with database.transaction() as session:
+        job = auth.visible_job(principal, session.get(JobRow, job_id), job_id)
+        spec = JobSpec.model_validate(job.spec)
+        job_specs.check_resubmission(principal, job, spec)
+    return submit_with_key(database, principal, spec, idempotency_key, wake=wake, check_image=check_image,
+                           sealed=True)
 
 
 def list_jobs(
@@ -185,7 +198,7 @@ def list_jobs(
     search: str | None = None,
 ) -> list[JobInfo]:
     """Newest first. `search` matches part of the name, ignoring case; the other filters match exactly."""
-    auth.authorize(principal, auth.Action.READ, job_id=principal.job_id)
+    auth.authorize(principal, auth.Action.READ)
     query = (select(JobRow).order_by(JobRow.id.desc()).limit(limit).offset(offset)
              .options(selectinload(JobRow.attempts).selectinload(AttemptRow.replicas), selectinload(JobRow.owner)))
     if statuses:
@@ -209,7 +222,7 @@ def list_jobs(
     if (visible := principal.visible_projects()) is not None:
         query = query.where(JobRow.project.in_(sorted(visible)))
     with database.transaction() as session:
-        return [job_info(row) for row in session.scalars(query)]
+        return [job_info(row, principal) for row in session.scalars(query)]
 
 
 def get_job(database: Database, principal: auth.Principal, job_id: int) -> JobDetail:
@@ -222,7 +235,7 @@ def get_job(database: Database, principal: auth.Principal, job_id: int) -> JobDe
         )
         job = auth.visible_job(principal, job, job_id)
         detail = JobDetail(
-            **job_info(job).model_dump(),
+            **job_info(job, principal).model_dump(),
             attempts=[attempt_info(attempt) for attempt in job.attempts],
             events=[
                 EventInfo(at=event.at, from_status=event.from_status, to_status=event.to_status, message=event.message)
@@ -255,13 +268,14 @@ def cancel(database: Database, principal: auth.Principal, job_id: int, *, wake: 
         elif job.cancel_requested_at is None:
             job.cancel_requested_at = time.time()
             job.updated_at = job.cancel_requested_at
-        info = job_info(job)
+        info = job_info(job, principal)
     wake()
     return info
 
 
-def job_info(job: JobRow, *, now: float | None = None) -> JobInfo:
-    """The job as the API shows it; attained service and time include the attempt running now."""
+def job_info(job: JobRow, viewer: auth.Principal, *, now: float | None = None) -> JobInfo:
+    """The job as the API shows it to `viewer` (`job_specs.shown_spec`); attained service and
+    time include the attempt running now."""
     spec = JobSpec.model_validate(job.spec)
     now = time.time() if now is None else now
     service, run_time = job.attained_service or 0.0, job.attained_time or 0.0
@@ -293,7 +307,7 @@ def job_info(job: JobRow, *, now: float | None = None) -> JobInfo:
         restart_at=job.restart_at if job.status == JobStatus.RESTARTING.value else None,
         idle_since=job.idle_since if job.status == JobStatus.RUNNING.value else None,
         idle_reason=job.idle_reason if job.status == JobStatus.RUNNING.value else None,
-        spec=spec,
+        spec=job_specs.shown_spec(spec, env_visible=job_specs.may_read_env(viewer, job)),
     )
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from sqlalchemy import select
 from sqlalchemy.orm import selectinload
 
@@ -14,16 +16,19 @@ from mlyard.server.store.rows import AttemptRow, JobRow
 from mlyard.spec import JobStatus
 
 
-def read_log(
-    database: Database,
-    principal: auth.Principal,
-    job_id: int,
-    *,
-    replica: str | None = None,
-    attempt: int | None = None,
-    offset: int = 0,
-    limit: int = logfiles.MAX_CHUNK,
-) -> LogChunk:
+@dataclass(frozen=True)
+class LogLocation:
+    """Which replica's log a request names, where its file is, and whether it is done growing."""
+
+    attempt: int
+    replica: str
+    directory: str | None
+    """None: the job has no attempt yet."""
+    ended: bool
+
+
+def locate_log(database: Database, principal: auth.Principal, job_id: int, *, replica: str | None = None,
+               attempt: int | None = None) -> LogLocation:
     """`replica` is a name such as worker-1 or a rank; default rank 0 of the latest attempt."""
     auth.authorize(principal, auth.Action.READ, job_id=job_id)
     with database.transaction() as session:
@@ -33,8 +38,8 @@ def read_log(
         )
         job = auth.visible_job(principal, job, job_id)
         if not job.attempts:
-            return LogChunk(job_id=job_id, attempt=0, replica=replica or "", offset=offset, next_offset=offset,
-                            text="", complete=JobStatus(job.status).is_terminal)
+            return LogLocation(attempt=0, replica=replica or "", directory=None,
+                               ended=JobStatus(job.status).is_terminal)
         chosen_attempt = job.attempts[-1] if attempt is None else next(
             (row for row in job.attempts if row.number == attempt), None
         )
@@ -52,16 +57,43 @@ def read_log(
                 names = ", ".join(f"{row.name} (rank {row.rank})" for row in replicas)
                 raise NotFound(f"job {job_id} has no replica {replica!r}; it has {names}", field="replica")
         # A replica of an ended job writes nothing more, even one that never got to run.
-        directory = chosen.directory
         ended = chosen.state in ("exited", "lost") or JobStatus(job.status).is_terminal
-        name, number = chosen.name, chosen_attempt.number
-    data, next_offset = logfiles.read(directory, offset, limit)
+        return LogLocation(attempt=chosen_attempt.number, replica=chosen.name, directory=chosen.directory,
+                           ended=ended)
+
+
+def read_located(job_id: int, location: LogLocation, offset: int, limit: int = logfiles.MAX_CHUNK) -> LogChunk:
+    """The chunk from `offset` of a log `locate_log` found (no database: the file only)."""
+    if location.directory is None:
+        return LogChunk(job_id=job_id, attempt=0, replica=location.replica, offset=offset, next_offset=offset,
+                        text="", complete=location.ended)
+    data, next_offset = logfiles.read(location.directory, offset, limit)
     return LogChunk(
         job_id=job_id,
-        attempt=number,
-        replica=name,
+        attempt=location.attempt,
+        replica=location.replica,
         offset=offset,
         next_offset=next_offset,
         text=data.decode("utf-8", errors="replace"),
-        complete=ended and next_offset >= logfiles.size(directory),
+        complete=location.ended and next_offset >= logfiles.size(location.directory),
     )
+
+
+def read_log(
+    database: Database,
+    principal: auth.Principal,
+    job_id: int,
+    *,
+    replica: str | None = None,
+    attempt: int | None = None,
+    offset: int = 0,
+    limit: int = logfiles.MAX_CHUNK,
+) -> LogChunk:
+    """`replica` is a name such as worker-1 or a rank; default rank 0 of the latest attempt."""
+    location = locate_log(database, principal, job_id, replica=replica, attempt=attempt)
+    return read_located(job_id, location, offset, limit)
+
+
+def located_size(location: LogLocation) -> int:
+    """The log file's size now: a stat, cheap enough for a stream to ask on every poll."""
+    return logfiles.size(location.directory) if location.directory is not None else 0

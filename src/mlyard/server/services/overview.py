@@ -257,7 +257,7 @@ def load_samples(database: Database, window: Window, now: float) -> list[Sample]
 
 def utilization(database: Database, principal: auth.Principal, window: Window,
                 now: float | None = None) -> tuple[Utilization, Capacity]:
-    auth.authorize(principal, auth.Action.READ, job_id=principal.job_id)
+    auth.authorize(principal, auth.Action.READ)
     now = time.time() if now is None else now
     cluster = capacity(database)
     samples = pick_samples(load_samples(database, window, now), prefer_raw=window.prefers_raw)
@@ -306,7 +306,7 @@ def count_statuses(pairs: Iterable[tuple[str, int]]) -> JobCounts:
 
 
 def job_counts(database: Database, principal: auth.Principal) -> JobCounts:
-    auth.authorize(principal, auth.Action.READ, job_id=principal.job_id)
+    auth.authorize(principal, auth.Action.READ)
     query = select(JobRow.status, func.count()).group_by(JobRow.status)
     if principal.job_id is not None:
         query = query.where(JobRow.id == principal.job_id)
@@ -329,7 +329,7 @@ class RecentEvent:
 
 def recent_events(database: Database, principal: auth.Principal, limit: int = RECENT_EVENTS) -> list[RecentEvent]:
     """The latest status changes, newest first (by id: the order they were written in)."""
-    auth.authorize(principal, auth.Action.READ, job_id=principal.job_id)
+    auth.authorize(principal, auth.Action.READ)
     query = (select(JobEventRow.id, JobEventRow.job_id, JobRow.name, JobEventRow.at, JobEventRow.from_status, JobEventRow.to_status,
                     JobEventRow.message).join(JobRow, JobRow.id == JobEventRow.job_id)
              .order_by(JobEventRow.id.desc()).limit(limit))

@@ -54,8 +54,12 @@ class ApiTokenRow(Base):
     created_at: Mapped[float] = mapped_column(Float)
     revoked_at: Mapped[float | None] = mapped_column(Float, nullable=True)
     kind: Mapped[str] = mapped_column(String(16), default="api", server_default="api")
-    """api (made by a person, listed and revoked by them), session (a browser login), job."""
+    """api (made by a person, listed and revoked by them), login (made by `mlyard login` with a
+    password), session (a browser login), job."""
     expires_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    parent_token_id: Mapped[int | None] = mapped_column(
+        ForeignKey("api_tokens.id", name="fk_api_tokens_parent_token_id"), nullable=True)
+    """A session started with a token: it ends when that token is revoked or expires."""
 
 
 class JobRow(Base):
@@ -307,6 +311,9 @@ class EnvironmentRow(Base):
     __tablename__ = "environments"
 
     name: Mapped[str] = mapped_column(String(63), primary_key=True)
+    """Unique on the server, whatever the project (a job names it alone)."""
+    project: Mapped[str] = mapped_column(String(63), default="default", server_default="default", index=True)
+    """Its members use and read it; its maintainers build and remove it."""
     base: Mapped[str] = mapped_column(String(255))
     requirements: Mapped[str | None] = mapped_column(Text, nullable=True)
     apt: Mapped[list[str]] = mapped_column(JSON)
@@ -346,6 +353,18 @@ class SnapshotRow(Base):
     size: Mapped[int] = mapped_column(BigInteger)
     created_at: Mapped[float] = mapped_column(Float)
     uploaded_by: Mapped[int | None] = mapped_column(ForeignKey("users.id"), nullable=True)
+    """The first uploader only; who may name the digest is `SnapshotUploaderRow` and `ProjectSnapshotRow`."""
+
+
+class SnapshotUploaderRow(Base):
+    """A user who sent a snapshot's bytes (hashing to its digest): they may name it in any project
+    they submit to. Written only by `services.snapshots.store_snapshot`."""
+
+    __tablename__ = "snapshot_uploaders"
+
+    digest: Mapped[str] = mapped_column(ForeignKey("snapshots.digest", ondelete="CASCADE"), primary_key=True)
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"), primary_key=True)
+    uploaded_at: Mapped[float] = mapped_column(Float)
 
 
 RAW_PERIOD = 0

@@ -14,11 +14,15 @@ import logging
 import time
 from typing import Any, Protocol
 
+from pydantic import ValidationError
 from sqlalchemy import select
 
 from mlyard.paths import Paths
 from mlyard.api.environments import EnvironmentRequest
+from mlyard.api.errors import field_errors, summarize
+from mlyard.environments.build_policy import BuildPolicy
 from mlyard.environments.virtualenv import VirtualenvBuilder
+from mlyard.server.workers.build_account import account_for
 from mlyard.server.loop import Loop
 from mlyard.server.store.db import Database
 from mlyard.server.store.rows import EnvironmentRow
@@ -43,17 +47,18 @@ class Builder(Protocol):
         """Removes what it built for content hashes not in `used`."""
 
 
-def builder_for(backend: Any, paths: Paths) -> Builder | None:
+def builder_for(backend: Any, paths: Paths, policy: BuildPolicy | None = None) -> Builder | None:
     """An image builder on the local backend's container engine, else a virtualenv builder on
     the local backend; None on a backend that builds nothing (Kubernetes: jobs name images)."""
     if getattr(backend, "name", None) != "local":
         return None
+    policy = policy or BuildPolicy()
     containers = getattr(backend, "containers", None)
     if containers is not None and containers.problem() is None:
         from mlyard.environments.image import ImageBuilder
 
-        return ImageBuilder.connect(containers.engine.url)
-    return VirtualenvBuilder(paths.environments)
+        return ImageBuilder.connect(containers.engine.url, policy)
+    return VirtualenvBuilder(paths.environments, policy=policy, account=account_for(policy, paths.environments))
 
 
 class EnvironmentBuilds:
@@ -88,7 +93,13 @@ class EnvironmentBuilds:
                                  .order_by(EnvironmentRow.created_at).limit(1).with_for_update())
             if row is None:
                 return False
-            request = EnvironmentRequest(name=row.name, base=row.base, requirements=row.requirements, apt=row.apt)
+            try:
+                request = EnvironmentRequest(name=row.name, project=row.project, base=row.base,
+                                             requirements=row.requirements, apt=row.apt)
+            except ValidationError as error:
+                # Asked before requirements were checked as they are now: never handed to pip.
+                row.status, row.message = "failed", f"refused: {summarize(field_errors(error.errors()))}"
+                return True
             content_hash = request.content_hash(self.builder.kind)
             row.kind, row.content_hash, row.status, row.message = self.builder.kind, content_hash, "building", None
             name = row.name

@@ -78,7 +78,14 @@ class LogPanel {
       this.state.textContent = JSON.parse(event.data).message;
     });
     this.source.onerror = () => {
-      if (!this.done) this.state.textContent = "reconnecting…";
+      if (this.done) return;
+      // A refused stream (429: too many open, 401) is not retried by the browser.
+      if (this.source && this.source.readyState === EventSource.CLOSED) {
+        this.close();
+        this.state.textContent = "the live log is not available now (too many open?); reload the page later";
+      } else {
+        this.state.textContent = "reconnecting…";
+      }
     };
   }
 
@@ -126,7 +133,21 @@ document.addEventListener("keydown", (event) => {
   }
 });
 
+// The Content-Security-Policy refuses style attributes in markup; styles set from a script
+// are allowed, so sizes come as data attributes.
+function applySizes(root) {
+  root.querySelectorAll("[data-width-percent]").forEach((element) => {
+    element.style.width = `${Number(element.dataset.widthPercent)}%`;
+  });
+  root.querySelectorAll("[data-left-percent]").forEach((element) => {
+    element.style.left = `${Number(element.dataset.leftPercent)}%`;
+  });
+}
+
+document.addEventListener("htmx:afterSettle", (event) => applySizes(event.target));
+
 document.addEventListener("DOMContentLoaded", () => {
+  applySizes(document);
   document.querySelectorAll("select[data-autosubmit]").forEach((select) => {
     select.addEventListener("change", () => select.form.requestSubmit());
   });

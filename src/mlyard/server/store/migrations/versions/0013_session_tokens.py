@@ -1,0 +1,25 @@
+"""session tokens minted by a login, ended with the token they came from
+
+Revision ID: 0013
+Revises: 0012
+"""
+
+import sqlalchemy as sa
+from alembic import op
+
+revision = '0013'
+down_revision = '0012'
+branch_labels = None
+depends_on = None
+
+
+def upgrade() -> None:
+    with op.batch_alter_table('api_tokens') as batch:
+        batch.add_column(sa.Column('parent_token_id', sa.Integer(), nullable=True))
+        batch.create_foreign_key('fk_api_tokens_parent_token_id', 'api_tokens', ['parent_token_id'], ['id'])
+
+
+def downgrade() -> None:
+    with op.batch_alter_table('api_tokens') as batch:
+        batch.drop_constraint('fk_api_tokens_parent_token_id', type_='foreignkey')
+        batch.drop_column('parent_token_id')

@@ -1,0 +1,128 @@
+"""A running job's token against every operation of the server's OpenAPI document: only reading
+its own job and reporting its metrics answer; every other operation, and the allowed ones
+with another job's id, are refused. An operation not classified below fails the test."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import tarfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import httpx
+import pytest
+from conftest import RunningServer, start_server, stop_server, wait_until
+
+pytestmark = pytest.mark.slow
+
+PUBLIC = {"GET /api/v1/health", "POST /api/v1/login"}
+"""Answer without any token; what a job token adds to them is nothing."""
+ALLOWED = {
+    "GET /api/v1/jobs/{job_id}",
+    "GET /api/v1/jobs/{job_id}/logs",
+    "GET /api/v1/jobs/{job_id}/metrics",
+    "POST /api/v1/jobs/{job_id}/metrics",
+    "GET /api/v1/jobs/{job_id}/resources",
+    "GET /api/v1/jobs/{job_id}/tensorboard",
+}
+REFUSED = {
+    "POST /api/v1/jobs", "GET /api/v1/jobs", "POST /api/v1/jobs/{job_id}/cancel",
+    "GET /api/v1/nodes", "GET /api/v1/nodes/{name}/samples", "GET /api/v1/resources/jobs",
+    "GET /api/v1/queues", "GET /api/v1/queues/{name}", "PUT /api/v1/queues/{name}", "DELETE /api/v1/queues/{name}",
+    "PUT /api/v1/snapshots/{digest}", "GET /api/v1/snapshots/{digest}", "GET /api/v1/usage",
+    "GET /api/v1/whoami", "GET /api/v1/users", "POST /api/v1/users", "PUT /api/v1/users/{name}/password",
+    "GET /api/v1/tokens", "POST /api/v1/tokens", "DELETE /api/v1/tokens/{token_id}", "GET /api/v1/audit",
+    "GET /api/v1/projects", "POST /api/v1/projects", "GET /api/v1/projects/{name}", "PATCH /api/v1/projects/{name}",
+    "PUT /api/v1/projects/{name}/members/{user}", "DELETE /api/v1/projects/{name}/members/{user}",
+    "GET /api/v1/projects/{name}/snapshots", "DELETE /api/v1/projects/{name}/snapshots/{digest}",
+    "POST /api/v1/environments", "GET /api/v1/environments", "GET /api/v1/environments/{name}",
+    "DELETE /api/v1/environments/{name}",
+}
+PROJECT = "reach"
+
+
+@dataclass
+class World:
+    server: RunningServer
+    job: int
+    other_job: int
+    token: str
+    digest: str
+    node: str
+    operations: dict[str, dict]
+
+
+def _archive() -> bytes:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as archive:
+        member = tarfile.TarInfo("train.py")
+        member.size = 5
+        archive.addfile(member, io.BytesIO(b"pass\n"))
+    return buffer.getvalue()
+
+
+def _job_token(server: RunningServer, job: int) -> str:
+    configs = list((server.home / "runs" / str(job)).rglob("launch.json"))
+    return json.loads(configs[0].read_text())["env"]["MLYARD_TOKEN"]
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
+    server = start_server(tmp_path_factory.mktemp("token-reach") / "home")
+    admin = {"Authorization": f"Bearer {server.token()}"}
+    with httpx.Client(base_url=f"{server.url}/api/v1", headers=admin, timeout=30) as http:
+        body = _archive()
+        digest = hashlib.sha256(body).hexdigest()
+        assert http.put(f"/snapshots/{digest}", params={"project": PROJECT}, content=body).status_code == 201
+        jobs = [http.post("/jobs", json={"name": name, "project": project, "command": ["sleep", "60"],
+                                         "snapshot": digest}).json()["id"]
+                for name, project in (("reach", PROJECT), ("elsewhere", "elsewhere"))]
+        wait_until(lambda: http.get(f"/jobs/{jobs[0]}").json()["status"] == "RUNNING", 60, "the job to run")
+        node = http.get("/nodes").json()[0]["name"]
+        operations = http.get("/openapi.json").json()["paths"]
+        yield World(server=server, job=jobs[0], other_job=jobs[1], token=_job_token(server, jobs[0]),
+                    digest=digest, node=node, operations=operations)
+        for job in jobs:
+            http.post(f"/jobs/{job}/cancel")
+    stop_server(server)
+
+
+def _call(world: World, http: httpx.Client, method: str, path: str, job: int) -> httpx.Response:
+    section = path.split("/")[3]
+    names = {"projects": PROJECT, "queues": "default", "users": "admin", "nodes": world.node,
+             "environments": "reach-env"}
+    url = path.removeprefix("/api/v1").format(job_id=job, name=names.get(section, PROJECT), user="admin",
+                                              digest=world.digest, token_id=1)
+    bodies = {"metrics": {"step": 1, "metrics": {"loss": 0.5}}, "jobs": {"name": "x", "command": ["true"]},
+              "projects": {"name": "taken-over"}, "users": {"name": "intruder", "password": "long enough pw"},
+              "tokens": {"name": "escalated"}, "environments": {"name": "e", "base": "busybox"}}
+    if method == "PUT" and section == "snapshots":
+        return http.put(url, content=_archive())
+    if method in ("POST", "PUT", "PATCH"):
+        return http.request(method, url, json=bodies.get(url.split("/")[-1], bodies.get(section, {})))
+    return http.request(method, url)
+
+
+def test_every_operation_is_classified(world: World) -> None:
+    operations = {f"{method.upper()} {path}" for path, methods in world.operations.items() for method in methods}
+    assert operations - (PUBLIC | ALLOWED | REFUSED) == set(), "decide what a job token may do with these"
+    assert (PUBLIC | ALLOWED | REFUSED) - operations == set(), "these operations no longer exist"
+
+
+def test_a_job_token_reaches_its_own_job_and_nothing_else(world: World) -> None:
+    wrong = []
+    with httpx.Client(base_url=f"{world.server.url}/api/v1", timeout=30,
+                      headers={"Authorization": f"Bearer {world.token}"}) as http:
+        for operation in sorted(ALLOWED | REFUSED):
+            method, path = operation.split(" ")
+            own = _call(world, http, method, path, world.job)
+            expected = range(200, 300) if operation in ALLOWED else (401, 403, 404)
+            if own.status_code not in expected:
+                wrong.append(f"{operation}: {own.status_code} {own.text[:120]}")
+            if "{job_id}" in path:
+                other = _call(world, http, method, path, world.other_job)
+                if other.status_code not in (401, 403, 404):
+                    wrong.append(f"{operation} (job {world.other_job}): {other.status_code} {other.text[:120]}")
+    assert wrong == []

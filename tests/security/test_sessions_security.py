@@ -1,0 +1,167 @@
+"""Web UI sessions against a real server: the cookie holds a session of its own (never an API
+token, never usable on the API), which ends at logout, with the token it was started with, and
+at a password change; the login form and every changing verb refuse other sites; failed
+logins from one address do not lock the user out at another."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+
+import httpx
+import pytest
+from conftest import RunningServer, start_server, stop_server
+from web_login import log_in_form, web_session
+
+from mlyard.web.session import COOKIE, LOGIN_CSRF_COOKIE, LOGIN_CSRF_FIELD
+
+pytestmark = pytest.mark.slow
+
+PASSWORD = "correct horse 1"
+_names = itertools.count(1)
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
+    running = start_server(tmp_path_factory.mktemp("mlyard-sessions"))
+    yield running
+    stop_server(running)
+
+
+def new_user(server: RunningServer) -> str:
+    name = f"sess{next(_names)}"
+    server.cli("users", "add", name, "--password-stdin", "--project", "default", check=True, input=f"{PASSWORD}\n")
+    return name
+
+
+def api(server: RunningServer, token: str | None = None, address: str | None = None) -> httpx.Client:
+    transport = httpx.HTTPTransport(local_address=address) if address else None
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    return httpx.Client(base_url=f"{server.url}/api/v1", headers=headers, transport=transport)
+
+
+def login_token(server: RunningServer, user: str, password: str = PASSWORD) -> str:
+    with api(server) as http:
+        answer = http.post("/login", json={"user": user, "password": password})
+    assert answer.status_code == 201, answer.text
+    assert answer.json()["info"]["kind"] == "login"
+    return answer.json()["token"]
+
+
+def works(server: RunningServer, token: str) -> bool:
+    with api(server, token) as http:
+        return http.get("/whoami").status_code == 200
+
+
+def page_works(browser: httpx.Client) -> bool:
+    """Whether the browser's session still opens a page (a dead one is sent to the login)."""
+    return browser.get("/jobs").status_code == 200
+
+
+def test_a_token_login_keeps_a_session_of_its_own_that_the_api_refuses_and_logout_ends(
+        server: RunningServer) -> None:
+    token = server.token()
+    with httpx.Client(base_url=server.url) as browser:
+        csrf = web_session(browser, token)
+        cookie = browser.cookies[COOKIE]
+        assert cookie != token and token not in cookie
+        assert page_works(browser)
+        with api(server, cookie) as stolen:  # a cookie that leaked to a job's port opens no API
+            refused = stolen.get("/whoami")
+            assert refused.status_code == 401 and "web UI" in refused.json()["message"]
+            assert stolen.post("/jobs", json={"name": "x", "command": ["true"]}).status_code == 401
+        with httpx.Client(base_url=server.url, cookies={COOKIE: cookie}) as cookie_only:
+            assert cookie_only.get("/api/v1/whoami").status_code == 401  # the API reads no cookie
+        assert browser.post("/logout", data={"csrf": csrf}).status_code == 303
+    with httpx.Client(base_url=server.url, cookies={COOKIE: cookie}) as replayed:
+        assert not page_works(replayed)
+    assert works(server, token)  # the token it was started with stays
+
+
+def test_revoking_the_token_a_session_was_started_with_ends_the_session(server: RunningServer) -> None:
+    user = new_user(server)
+    with api(server, login_token(server, user)) as http:
+        issued = http.post("/tokens", json={"name": "for the browser"}).json()
+        with httpx.Client(base_url=server.url) as browser:
+            web_session(browser, issued["token"])
+            assert page_works(browser)
+            assert http.delete(f"/tokens/{issued['info']['id']}").status_code == 200
+            assert not page_works(browser)
+
+
+def test_a_password_change_ends_other_sessions_and_login_tokens_but_not_the_callers(
+        server: RunningServer) -> None:
+    user = new_user(server)
+    caller, other_login = login_token(server, user), login_token(server, user)
+    with api(server, caller) as http:
+        script_token = http.post("/tokens", json={"name": "ci"}).json()["token"]
+    with httpx.Client(base_url=server.url) as by_password, httpx.Client(base_url=server.url) as by_token:
+        assert log_in_form(by_password, user=user, password=PASSWORD).status_code == 303
+        web_session(by_token, script_token)
+        with api(server, caller) as http:
+            changed = http.put(f"/users/{user}/password", json={"password": "a new one 22", "current_password": PASSWORD})
+            assert changed.status_code == 200, changed.text
+        assert works(server, caller)
+        assert not works(server, other_login)
+        assert not page_works(by_password) and not page_works(by_token)
+        assert works(server, script_token)  # made with `tokens create`: not obtained by the password
+
+
+def test_an_administrators_reset_ends_every_session_and_login_token_of_the_user(server: RunningServer) -> None:
+    user = new_user(server)
+    first, second = login_token(server, user), login_token(server, user)
+    with httpx.Client(base_url=server.url) as browser:
+        assert log_in_form(browser, user=user, password=PASSWORD).status_code == 303
+        with api(server, server.token()) as admin:
+            assert admin.put(f"/users/{user}/password", json={"password": "reset by admin"}).status_code == 200
+        assert not works(server, first) and not works(server, second)
+        assert not page_works(browser)
+    assert works(server, server.token())
+
+
+@pytest.mark.parametrize("headers", [{"Origin": "http://evil.example"}, {"Sec-Fetch-Site": "cross-site"},
+                                     {"Origin": "http://evil.example", "Sec-Fetch-Site": "cross-site"},
+                                     {"Origin": "null"}])
+def test_a_cross_site_login_post_is_refused(server: RunningServer, headers: dict[str, str]) -> None:
+    with httpx.Client(base_url=server.url) as browser:
+        browser.get("/login")
+        answer = browser.post("/login", headers=headers, data={
+            "token": server.token(), LOGIN_CSRF_FIELD: browser.cookies[LOGIN_CSRF_COOKIE]})
+        assert answer.status_code == 403 and "refused:" in answer.text
+        assert COOKIE not in browser.cookies
+
+
+def test_a_login_post_without_the_login_pages_value_is_refused(server: RunningServer) -> None:
+    """A browser that sends neither Origin nor Sec-Fetch-Site is covered by the double submit."""
+    with httpx.Client(base_url=server.url) as browser:
+        answer = browser.post("/login", data={"token": server.token()})
+        assert answer.status_code == 403 and "login form" in answer.text
+        browser.get("/login")
+        answer = browser.post("/login", data={"token": server.token(), LOGIN_CSRF_FIELD: "forged"})
+        assert answer.status_code == 403 and COOKIE not in browser.cookies
+        same_site = {"Origin": server.url, "Sec-Fetch-Site": "same-origin"}
+        csrf = web_session(browser, server.token())
+        assert browser.post("/logout", headers=same_site, data={"csrf": csrf}).status_code == 303
+
+
+def test_cross_site_changing_verbs_on_web_routes_are_refused(server: RunningServer) -> None:
+    with httpx.Client(base_url=server.url) as browser:
+        csrf = web_session(browser, server.token())
+        for method in ("POST", "PUT", "PATCH", "DELETE"):
+            for path in ("/submit", "/jobs/1/cancel", "/logout", "/jobs"):
+                for headers in ({"Origin": "http://evil.example"}, {"Sec-Fetch-Site": "cross-site"},
+                                {"Sec-Fetch-Site": "same-site"}):
+                    answer = browser.request(method, path, headers={**headers, "X-CSRF-Token": csrf},
+                                             data={"csrf": csrf, "yaml": "name: x\ncommand: [true]\n"})
+                    assert answer.status_code == 403, (method, path, headers, answer.status_code)
+        assert page_works(browser)
+
+
+def test_failures_from_one_address_do_not_keep_the_user_out_at_another(server: RunningServer) -> None:
+    user = new_user(server)
+    with api(server, address="127.0.0.2") as guesser:
+        codes = [guesser.post("/login", json={"user": user, "password": f"guess {n}"}).status_code
+                 for n in range(8)]
+    assert codes[:3] == [401] * 3 and 429 in codes
+    with api(server, address="127.0.0.1") as owner:
+        assert owner.post("/login", json={"user": user, "password": PASSWORD}).status_code == 201
