@@ -4,6 +4,9 @@
 #
 # It runs as uid/gid 1000, the user job pods run as (MLYARD_K8S_RUN_AS_USER), so both can
 # read and write the shared volume mounted at MLYARD_HOME.
+# With MLYARD_BACKEND=local, jobs run in namespaces that hide MLYARD_HOME, with a /proc of their
+# own: run the container with --security-opt systempaths=unconfined (the engine's masked /proc
+# refuses a new one), or the server refuses to start.
 # The Python the image is built on (a registry's python:3.11-slim-bookworm, or a mirror's).
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm
 FROM ${PYTHON_IMAGE} AS build

@@ -3,9 +3,13 @@ first (for its pre-login CSRF cookie and field), then the form."""
 
 from __future__ import annotations
 
+import re
+
 import httpx
 
-from mlyard.web.session import COOKIE, LOGIN_CSRF_COOKIE, LOGIN_CSRF_FIELD, csrf_token
+from mlyard.web.session import LOGIN_CSRF_COOKIE, LOGIN_CSRF_FIELD
+
+CSRF_VALUE = re.compile(r'name="csrf" value="([0-9a-f]+)"')
 
 
 def log_in_form(http: httpx.Client, *, next: str = "/jobs", **fields: str) -> httpx.Response:
@@ -14,7 +18,15 @@ def log_in_form(http: httpx.Client, *, next: str = "/jobs", **fields: str) -> ht
 
 
 def web_session(http: httpx.Client, token: str) -> str:
-    """Logs `http` in with an API token; returns the CSRF value its forms carry."""
+    """Logs `http` in with an API token; returns the CSRF value its forms carry (read from a
+    page: it is keyed by the server's secret, so the cookie alone does not give it)."""
     answer = log_in_form(http, token=token)
     assert answer.status_code == 303, answer.text
-    return csrf_token(http.cookies[COOKIE])
+    return page_csrf(http)
+
+
+def page_csrf(http: httpx.Client) -> str:
+    """The CSRF value of the session `http` holds, as its pages' forms carry it."""
+    found = CSRF_VALUE.search(http.get("/jobs").text)
+    assert found, "no CSRF value on /jobs"
+    return found.group(1)

@@ -27,7 +27,10 @@ JOB = "import os\nprint('replica', os.environ['RANK'], 'of', os.environ['WORLD_S
 
 def test_the_server_image_runs_a_distributed_job_with_its_own_cli(docker: Engine, server_image: str) -> None:
     port = free_port()
+    # The local backend keeps MLYARD_HOME from jobs with namespaces of their own and a /proc
+    # of their own, which the engine's masked /proc refuses unless the container unmasks it.
     container = docker.client.containers.run(server_image, detach=True, network_mode="host",
+                                             security_opt=["systempaths=unconfined"],
                                              environment={"MLYARD_PORT": str(port), "MLYARD_BACKEND": "local"})
     try:
         wait_until(lambda: server_healthy(port), 60, "the server in its image answering /api/v1/health")

@@ -95,6 +95,10 @@ def test_an_environment_is_built_once_and_jobs_run_in_it(server: RunningServer, 
     server.cli("cancel", str(busy["id"]), check=True)
     assert server.cli("env", "rm", twin).returncode == 0
     assert twin not in server.cli("env", "ls", check=True).stdout
+    server.cli("wait", str(busy["id"]), "--timeout", "60")
+    log = server.home / "environments" / "logs" / f"{name}.log"
+    assert log.is_file() and server.cli("env", "rm", name).returncode == 0
+    assert not log.exists(), "an environment made later under this name shows no log of this one"
 
 
 def test_jobs_and_builds_that_cannot_work_are_refused_clearly(server: RunningServer, tmp_path: Path) -> None:

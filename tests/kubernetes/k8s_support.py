@@ -63,8 +63,11 @@ def backend(settings: KubernetesSettings | None = None) -> KubernetesBackend:
 
 def attempt(spec: JobSpec, placements: Sequence[Placement], *, renderer: KubernetesBackend,
             job_id: int = 42, attempt_number: int = 1, image: str | None = None,
-            snapshot: Path | None = SNAPSHOT) -> AttemptLaunch:
-    """What the controller's `_start` hands the backend for these placements."""
+            snapshot: Path | None = SNAPSHOT, home: Path = HOME) -> AttemptLaunch:
+    """What the controller's `_start` hands the backend for these placements (under `home`)."""
+    if snapshot is not None:
+        snapshot = home / snapshot.relative_to(HOME)
+    private = (home / "checkpoints" / str(job_id), home / "tensorboard" / str(job_id))
     wanted: dict[str, int] = {}
     for placement in placements:
         wanted[placement.node] = wanted.get(placement.node, 0) + 1
@@ -80,16 +83,16 @@ def attempt(spec: JobSpec, placements: Sequence[Placement], *, renderer: Kuberne
             port=next(free[placement.node]), cpu_count=placement.cpus, gpu_ids=placement.gpus,
         ))
     context = JobContext(job_id=job_id, attempt=attempt_number, api_url="http://mlyard.mlyard.svc:8642",
-                         token="test-token-not-secret", checkpoint_directory=str(HOME / "checkpoints" / str(job_id)),
-                         master_port=master_port, tensorboard_directory=str(HOME / "tensorboard" / str(job_id)))
+                         token="test-token-not-secret", checkpoint_directory=str(private[0]),
+                         master_port=master_port, tensorboard_directory=str(private[1]))
     environments = replica_environments(spec, slots, context)
     roles = {role.name: role for role in spec.roles}
-    return AttemptLaunch(job_id=job_id, attempt=attempt_number, replicas=tuple(
+    return AttemptLaunch(job_id=job_id, attempt=attempt_number, private_directories=private, replicas=tuple(
         ReplicaLaunch(
             replica_id=1000 + rank, name=f"{slot.role}-{slot.index}", rank=rank, node=slot.node,
             cpu_ids=tuple(range(placement.cpus)), gpu_ids=placement.gpus, memory_bytes=placement.memory_bytes,
             command=tuple(spec.command_for(roles[slot.role])), env=environment,
-            directory=HOME / "runs" / str(job_id) / str(attempt_number) / f"{slot.role}-{slot.index}",
+            directory=home / "runs" / str(job_id) / str(attempt_number) / f"{slot.role}-{slot.index}",
             snapshot=snapshot, image=image,
         )
         for rank, (slot, placement, environment) in enumerate(zip(slots, placements, environments, strict=True))

@@ -7,10 +7,11 @@ import copy
 import json
 import threading
 import time
+from pathlib import Path
 
 import pytest
 from k8s_fake_api import FakeCoreApi
-from k8s_support import HERE, HOME, Placement, attempt, backend
+from k8s_support import HERE, Placement, attempt, backend
 from test_k8s_render import GIB, ddp_two_replicas
 
 from mlyard.backends.base import ReplicaRef
@@ -33,9 +34,15 @@ def api():
 
 
 @pytest.fixture
-def ddp(api):
-    _, launch = ddp_two_replicas()
-    return KubernetesBackend(KubernetesSettings(), api, watch=False), launch
+def settings(tmp_path):
+    """The shared volume as the server sees it: launching creates the replicas' directories on it."""
+    return KubernetesSettings(shared_mount_path=str(tmp_path))
+
+
+@pytest.fixture
+def ddp(api, settings):
+    _, launch = ddp_two_replicas(home=Path(settings.shared_mount_path))
+    return KubernetesBackend(settings, api, watch=False), launch
 
 
 def references(launch) -> list[ReplicaRef]:
@@ -60,6 +67,8 @@ def test_launch_creates_the_service_first_and_makes_it_the_owner(ddp, api):
         assert api.objects[key]["metadata"]["ownerReferences"][0]["uid"] == uid
     assert [(ref.replica_id, ref.node, ref.directory, ref.pid) for ref in refs] == [
         (r.replica_id, r.node, r.directory, None) for r in launch.replicas]
+    # Made by the server: the kubelet would create a subPath's missing directory as root.
+    assert all(replica.directory.is_dir() for replica in launch.replicas)
     # What was submitted is what dryrun showed, plus the owner references.
     submitted = api.objects[("pod", "mlyard-j7-a1-worker-1")]
     shown = kubernetes.dryrun(launch)[3]
@@ -84,10 +93,10 @@ def test_a_refused_pod_leaves_nothing_behind_and_says_why(ddp, api):
     assert ("pod", "mlyard-j7-a1-worker-0", 0) in api.deleted
 
 
-def test_objects_left_by_an_earlier_database_are_named_with_the_command_to_remove_them(ddp, api):
+def test_objects_left_by_an_earlier_database_are_named_with_the_command_to_remove_them(ddp, api, settings):
     kubernetes, launch = ddp
     kubernetes.launch(launch)
-    again = KubernetesBackend(KubernetesSettings(), api, watch=False)
+    again = KubernetesBackend(settings, api, watch=False)
     with pytest.raises(KubernetesError, match=r"service mlyard/mlyard-j7-a1 already exists.*"
                                               r"kubectl -n mlyard delete pods,services,secrets -l mlyard/job=7"):
         again.launch(launch)
@@ -145,10 +154,10 @@ def test_lost_pods_are_removed_but_exited_ones_kept_for_their_logs(ddp, api):
     assert ("pod", "mlyard-j7-a1-worker-1") in api.objects
 
 
-def test_finished_attempts_are_deleted_after_the_retention():
+def test_finished_attempts_are_deleted_after_the_retention(settings):
     api = FakeCoreApi(created="2026-11-30T10:00:00Z")
-    _, launch = ddp_two_replicas()
-    kubernetes = KubernetesBackend(KubernetesSettings(), api, watch=False)
+    _, launch = ddp_two_replicas(home=Path(settings.shared_mount_path))
+    kubernetes = KubernetesBackend(settings, api, watch=False)
     kubernetes.launch(launch)
     for name in ("mlyard-j7-a1-worker-0", "mlyard-j7-a1-worker-1"):
         kubernetes.cache.apply("MODIFIED", set_status(api, name, "succeeded"))  # finished 10:12:40
@@ -238,12 +247,14 @@ def test_pods_gone_between_two_lists_become_tombstones():
     assert deleted and pod["status"]["phase"] == "Running"
 
 
-def test_a_gpu_attempt_launches_against_the_api(api):
+def test_a_gpu_attempt_launches_against_the_api(api, settings):
     spec = JobSpec.model_validate({"name": "g", "command": ["python", "t.py"],
                                    "roles": [{"name": "worker", "resources": {"cpu": 4, "memory": "16Gi", "gpu": 1}}]})
-    kubernetes = KubernetesBackend(KubernetesSettings(), api, watch=False)
-    launch = attempt(spec, [Placement("worker", 0, "gpu-node-1", 4, 16 * GIB, gpus=(0,))], renderer=kubernetes)
+    kubernetes = KubernetesBackend(settings, api, watch=False)
+    home = Path(settings.shared_mount_path)
+    launch = attempt(spec, [Placement("worker", 0, "gpu-node-1", 4, 16 * GIB, gpus=(0,))], renderer=kubernetes,
+                     home=home)
     kubernetes.launch(launch)
     pod = api.objects[("pod", "mlyard-j42-a1-worker-0")]
     assert pod["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "1"
-    assert pod["metadata"]["annotations"]["mlyard/directory"] == str(HOME / "runs" / "42" / "1" / "worker-0")
+    assert pod["metadata"]["annotations"]["mlyard/directory"] == str(home / "runs" / "42" / "1" / "worker-0")

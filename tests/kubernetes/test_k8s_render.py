@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import replace
+from pathlib import PurePosixPath
 
 import pytest
 from k8s_support import (
@@ -46,13 +47,14 @@ def one_replica():
     return renderer, attempt(spec, [Placement("worker", 0, "node-a", 2, 4 * GIB)], renderer=renderer)
 
 
-def ddp_two_replicas():
+def ddp_two_replicas(home=HOME):
     spec = JobSpec.model_validate({"name": "digits-ddp", "framework": "pytorch", "command": ["python", "examples/digits_ddp.py"],
                                    "env": {"DATA_DIR": "/var/lib/mlyard/datasets/digits"},
                                    "roles": [{"name": "worker", "replicas": 2, "resources": {"cpu": 1, "memory": "2Gi"}}]})
     renderer = backend()
     return renderer, attempt(spec, [Placement("worker", 0, "node-a", 1, 2 * GIB),
-                                    Placement("worker", 1, "node-b", 1, 2 * GIB)], renderer=renderer, job_id=7)
+                                    Placement("worker", 1, "node-b", 1, 2 * GIB)], renderer=renderer, job_id=7,
+                             home=home)
 
 
 def tensorflow_chief_worker_ps():
@@ -222,11 +224,46 @@ def test_pods_run_the_launcher_on_the_shared_volume():
     directory = str(HOME / "runs" / "42" / "1" / "worker-0")
     assert container["command"] == ["python", "-m", "mlyard.backends.kubernetes.entrypoint", directory,
                                     "--snapshot", str(SNAPSHOT), "--", "python", "train.py", "--epochs", "3"]
-    mounts = {mount["name"]: mount["mountPath"] for mount in container["volumeMounts"]}
-    assert mounts["shared"] == str(HOME)
+    shared = [mount for mount in container["volumeMounts"] if mount["name"] == "shared"]
+    assert {mount["mountPath"]: (mount["subPath"], mount.get("readOnly", False)) for mount in shared} == {
+        directory: ("runs/42/1/worker-0", False),
+        str(HOME / "checkpoints" / "42"): ("checkpoints/42", False),
+        str(HOME / "tensorboard" / "42"): ("tensorboard/42", False),
+        str(SNAPSHOT): (str(SNAPSHOT.relative_to(HOME)), True),
+    }
     volumes = {volume["name"]: volume for volume in pod["spec"]["volumes"]}
     assert volumes["shared"]["persistentVolumeClaim"]["claimName"] == "mlyard-shared"
     assert pod["metadata"]["annotations"][names.DIRECTORY_ANNOTATION] == directory
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_pods_never_mount_the_shared_volume_root(case):
+    """admin.token, secret.key and the database stay out of every pod: the pods run as the
+    server's user."""
+    renderer, launch = CASES[case]()
+    launch = replace(launch, replicas=tuple(
+        replace(replica, env={**replica.env, "VIRTUAL_ENV": str(HOME)}) for replica in launch.replicas))
+    for pod in render_attempt(launch, renderer.settings)[2:]:
+        for mount in pod["spec"]["containers"][0]["volumeMounts"]:
+            if mount["name"] != "shared":
+                continue
+            sub_path = PurePosixPath(mount.get("subPath", ""))
+            assert sub_path.parts and ".." not in sub_path.parts, mount
+            for private in ("admin.token", "secret.key", "mlyard.db"):
+                assert not PurePosixPath(private).is_relative_to(sub_path), mount
+            assert mount["mountPath"] == str(HOME / sub_path), mount
+
+
+def test_a_built_virtualenv_is_mounted_read_only_and_nothing_else_named_virtual_env():
+    renderer, launch = one_replica()
+    virtualenv = HOME / "environments" / ("c" * 64)
+    for value, mounted in ((str(virtualenv), True), (str(HOME / "environments"), False),
+                           (str(HOME / "runs"), False), ("/opt/venv", False)):
+        replica = replace(launch.replicas[0], env={**launch.replicas[0].env, "VIRTUAL_ENV": value})
+        pod = render_attempt(replace(launch, replicas=(replica,)), renderer.settings)[2]
+        mounts = [m for m in pod["spec"]["containers"][0]["volumeMounts"] if m["mountPath"] == value]
+        assert mounts == ([{"name": "shared", "mountPath": value, "subPath": f"environments/{'c' * 64}",
+                            "readOnly": True}] if mounted else []), value
 
 
 def test_owner_references_point_at_the_service_only_once_it_exists():

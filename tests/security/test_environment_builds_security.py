@@ -21,8 +21,10 @@ from security_support import FileCanary, HttpCanary, plant_file_canary
 from mlyard.api.environments import EnvironmentRequest
 from mlyard.environments import containerfile
 from mlyard.environments.build_policy import BuildPolicy
-from mlyard.environments.virtualenv import BuildFailed, VirtualenvBuilder
+from mlyard.environments.image import ImageBuilder
+from mlyard.environments.virtualenv import BuildFailed, VirtualenvBuilder, _escaping_links, _write_new
 from mlyard.errors import MlyardError
+from mlyard.runtime import hide_home
 from mlyard.server.workers import build_account
 
 PASSWORD = "env builds pass 1"
@@ -112,6 +114,68 @@ def test_build_processes_see_none_of_the_servers_variables(tmp_path: Path, monke
     log = "\n".join(lines)
     assert Path(built, "bin", "python").exists()
     assert "PATH=" in log and "SECRET-PASSWORD" not in log and "MLYARD_" not in log and "PIP_INDEX_URL" not in log
+
+
+def test_index_credentials_never_reach_the_log_a_message_or_an_image(tmp_path: Path) -> None:
+    secret = "https://lab:S3CRET-TOKEN@pypi.lab/simple"
+    builder = VirtualenvBuilder(tmp_path / "envs", policy=BuildPolicy(index_url=secret))
+    lines: list[str] = []
+    with pytest.raises(BuildFailed) as raised:
+        builder._run(["/bin/false", "--index-url", secret, "--extra-index-url", secret], lines.append, None,
+                     tmp_path, tmp_path)
+    assert lines == ["$ /bin/false --index-url https://****@pypi.lab/simple --extra-index-url "
+                     "https://****@pypi.lab/simple"]
+    assert "S3CRET" not in str(raised.value) and "****@pypi.lab" in str(raised.value)
+    with pytest.raises(MlyardError) as refused:
+        BuildPolicy.from_environment({"MLYARD_PIP_INDEX_URL": "https://lab:S3CRET-TOKEN@pypi.lab/<x>"})
+    assert "S3CRET" not in str(refused.value)
+    assert BuildPolicy(extra_index_urls=(secret,)).has_credentials()
+    assert not BuildPolicy(index_url="https://pypi.lab/simple/a@b").has_credentials()
+    image = ImageBuilder(client=None, policy=BuildPolicy(index_url=secret))
+    image.exists = lambda content_hash: False  # type: ignore[method-assign]
+    with pytest.raises(BuildFailed, match="holds credentials"):
+        image.build(EnvironmentRequest(name="x", base="busybox", requirements="numpy"), "h1", print)
+
+
+def test_root_writes_no_link_the_build_left(tmp_path: Path) -> None:
+    victim = tmp_path / "victim"
+    victim.write_text("the server's file\n")
+    target = tmp_path / "envs" / "h1"
+    target.mkdir(parents=True)
+    (target / "bin").mkdir()
+    (target / "bin" / "python").symlink_to(sys.executable)
+    (target / "lib64").symlink_to("lib")
+    assert _escaping_links(target) == []
+    (target / "lib" / "x").mkdir(parents=True)
+    (target / "lib" / "x" / "etc").symlink_to("/etc")
+    assert _escaping_links(target) == ["lib/x/etc -> /etc"]
+    marker = target / VirtualenvBuilder.COMPLETE
+    marker.symlink_to(victim)
+    assert not VirtualenvBuilder(tmp_path / "envs").exists("h1"), "a linked marker is no marker"
+    _write_new(marker, "h1\n")
+    assert victim.read_text() == "the server's file\n" and not marker.is_symlink() and marker.read_text() == "h1\n"
+
+
+@pytest.mark.slow
+def test_a_build_on_the_servers_account_sees_of_mlyard_home_only_its_virtualenv(tmp_path: Path) -> None:
+    """The build's Python tries to read admin.token and to plant a linked marker before pip runs."""
+    if hide_home.probe() is not None:
+        pytest.skip(f"namespaces cannot be made here: {hide_home.probe()}")
+    home, victim = tmp_path / "home", tmp_path / "victim"
+    home.mkdir()
+    (home / "admin.token").write_text("ADMIN-TOKEN-VALUE\n")
+    victim.write_text("the server's file\n")
+    python = tmp_path / "python"
+    python.write_text(f"#!/bin/sh\ncat {home}/admin.token || echo token hidden\n{sys.executable} \"$@\" || exit 1\n"
+                      f"ln -s {victim} \"$3/.mlyard-complete\"\n")
+    python.chmod(0o755)
+    lines: list[str] = []
+    built = VirtualenvBuilder(home / "environments", python=str(python), hide=home).build(
+        EnvironmentRequest(name="x", base="busybox"), "h1", lines.append)
+    log = "\n".join(lines)
+    assert "ADMIN-TOKEN-VALUE" not in log and "token hidden" in log, log
+    assert Path(built, "bin", "python").exists() and Path(built, VirtualenvBuilder.COMPLETE).read_text() == "h1\n"
+    assert victim.read_text() == "the server's file\n"
 
 
 def test_a_root_server_never_builds_as_root_where_the_build_account_cannot_work(tmp_path: Path) -> None:

@@ -6,13 +6,14 @@ database, another job's run directory or launch config, nor the server's environ
 from __future__ import annotations
 
 import json
-import pwd
 import os
+import pwd
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import RunningServer, start_server, stop_server
+from conftest import RunningServer, replica_pids, start_server, stop_server
 
 pytestmark = pytest.mark.slow
 SECRET = "canary-4f1c9a"
@@ -48,8 +49,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
     stop_server(running)
 
 
-def run_job(server: RunningServer, code: Path, *command: str) -> tuple[int, str]:
-    submitted = server.cli_json("run", "--context", str(code), "--", *command)
+def run_job(server: RunningServer, code: Path, *command: str, options: tuple[str, ...] = ()) -> tuple[int, str]:
+    submitted = server.cli_json("run", "--context", str(code), *options, "--", *command)
     waited = server.cli("wait", str(submitted["id"]), "--timeout", "90")
     output = server.cli("logs", str(submitted["id"]), check=True).stdout
     assert waited.returncode == 0, (waited.stdout, waited.stderr, output)
@@ -83,7 +84,8 @@ def test_a_replica_reaches_its_own_directories_and_nothing_else_of_the_server(se
     code.mkdir()
     (code / "probe.py").write_text(PROBE)
     (code / "targets.txt").write_text("\n".join(f"{label} {path}" for label, path in targets.items()) + "\n")
-    job, output = run_job(server, code, "python", "probe.py")
+    # VIRTUAL_ENV is the job's to set: naming MLYARD_HOME must not mount it back.
+    job, output = run_job(server, code, "python", "probe.py", options=("--set", f"env.VIRTUAL_ENV={home}"))
 
     for label in targets:
         assert f"DENIED {label} " in output, output
@@ -119,3 +121,29 @@ def test_mlyard_nodes_says_which_account_jobs_run_as(server: RunningServer) -> N
     me = pwd.getpwuid(os.geteuid()).pw_name
     shown = " ".join(server.cli("nodes", check=True).stdout.split())
     assert f"jobs run as: {me} (MLYARD_JOB_USERS=off)" in shown
+
+
+def test_the_jobs_environment_acts_only_on_its_command_inside_the_namespaces(server: RunningServer,
+                                                                             tmp_path: Path) -> None:
+    """LD_PRELOAD and the like in a job's `env` reach the command, never the wrapper that makes
+    the namespaces (it runs before they exist, with MLYARD_HOME in view)."""
+    import psutil
+
+    code = tmp_path / "waits"
+    code.mkdir()
+    submitted = server.cli_json("run", "--context", str(code), "--set", "env.JOB_MARKER=marker-7d2e", "--",
+                                "sleep", "60")
+    try:
+        deadline = time.monotonic() + 60
+        wrappers, commands = [], []
+        while time.monotonic() < deadline and not commands:
+            below = [child for pid in replica_pids(server.cli_json("show", str(submitted["id"])))
+                     for child in psutil.Process(pid).children(recursive=True)]
+            wrappers = [child for child in below if "mlyard.runtime.hide_home" in child.cmdline()]
+            commands = [child for child in below if child.cmdline() == ["sleep", "60"]]
+            time.sleep(0.2)
+        assert wrappers and commands
+        assert commands[0].environ()["JOB_MARKER"] == "marker-7d2e"
+        assert all("JOB_MARKER" not in wrapper.environ() for wrapper in wrappers)
+    finally:
+        server.cli("cancel", str(submitted["id"]))

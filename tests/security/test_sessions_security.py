@@ -1,11 +1,16 @@
 """Web UI sessions against a real server: the cookie holds a session of its own (never an API
 token, never usable on the API), which ends at logout, with the token it was started with, and
-at a password change; the login form and every changing verb refuse other sites; failed
-logins from one address do not lock the user out at another."""
+at a password change (with every token made from the password); a session works only from the
+address it was started from, and its forms' CSRF value does not follow from the cookie; an open
+log stream ends with its session; the login form and every changing verb refuse other sites;
+failed logins from one address do not lock the user out at another."""
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import itertools
+import time
 from collections.abc import Iterator
 
 import httpx
@@ -104,7 +109,75 @@ def test_a_password_change_ends_other_sessions_and_login_tokens_but_not_the_call
         assert works(server, caller)
         assert not works(server, other_login)
         assert not page_works(by_password) and not page_works(by_token)
-        assert works(server, script_token)  # made with `tokens create`: not obtained by the password
+        assert not works(server, script_token)  # made with a login token: the password gave it too
+
+
+def test_a_password_change_ends_tokens_made_from_the_password_but_not_those_made_from_admin_token(
+        server: RunningServer) -> None:
+    with api(server, server.token()) as admin:
+        assert admin.put("/users/admin/password", json={"password": PASSWORD}).status_code == 200
+        by_admin_token = admin.post("/tokens", json={"name": "from admin.token"}).json()["token"]
+        with api(server, by_admin_token) as http:  # made from a token that is not password-derived either
+            grandchild = http.post("/tokens", json={"name": "from that one"}).json()["token"]
+    with api(server, login_token(server, "admin")) as http:
+        by_password = http.post("/tokens", json={"name": "made after a password login"}).json()["token"]
+    with api(server, by_password) as http:
+        by_password_child = http.post("/tokens", json={"name": "made with that one"}).json()["token"]
+    assert works(server, by_password) and works(server, by_password_child)
+    with api(server, server.token()) as admin:
+        assert admin.put("/users/admin/password", json={"password": "a new one 33"}).status_code == 200
+    with api(server, by_password) as http:
+        assert http.get("/whoami").status_code == 401
+    assert not works(server, by_password_child)
+    assert works(server, by_admin_token) and works(server, grandchild) and works(server, server.token())
+
+
+def browser_at(server: RunningServer, address: str, **options) -> httpx.Client:
+    return httpx.Client(base_url=server.url, transport=httpx.HTTPTransport(local_address=address), **options)
+
+
+def test_a_session_cookie_replayed_from_another_address_opens_nothing(server: RunningServer) -> None:
+    """A cookie caught on a job's port of the UI's host, replayed by the job from elsewhere."""
+    user = new_user(server)
+    with browser_at(server, "127.0.0.1") as browser:
+        assert log_in_form(browser, user=user, password=PASSWORD).status_code == 303
+        cookie = browser.cookies[COOKIE]
+        assert page_works(browser)
+    with browser_at(server, "127.0.0.2", cookies={COOKIE: cookie}) as elsewhere:
+        answer = elsewhere.get("/jobs")
+        assert answer.status_code == 303 and answer.headers["Location"].startswith("/login")
+        assert elsewhere.get("/jobs", headers={"HX-Request": "true"}).status_code == 401
+    with browser_at(server, "127.0.0.1", cookies={COOKIE: cookie}) as same_place:
+        assert page_works(same_place)
+        # The CSRF value is keyed by the server's secret: the cookie alone does not give it.
+        guessed = hmac.new(cookie.encode(), b"mlyard web form", hashlib.sha256).hexdigest()
+        assert same_place.post("/logout", data={"csrf": guessed}).status_code == 403
+        assert page_works(same_place)
+
+
+def test_an_open_log_stream_ends_when_its_session_does(server: RunningServer) -> None:
+    job = server.cli_json("run", "--no-code", "--name", "ticking", "--", "sh", "-c",
+                          "while true; do echo tick; sleep 1; done")
+    try:
+        with httpx.Client(base_url=server.url, timeout=httpx.Timeout(10, read=20)) as browser:
+            csrf = web_session(browser, server.token())
+            with browser.stream("GET", f"/jobs/{job['id']}/logs/stream") as stream:
+                assert stream.status_code == 200
+                lines = stream.iter_lines()
+                assert next(lines).startswith("retry:")
+                with httpx.Client(base_url=server.url, cookies=browser.cookies) as other_tab:
+                    assert other_tab.post("/logout", data={"csrf": csrf}).status_code == 303
+                deadline = time.monotonic() + 60
+                ended = False
+                for line in lines:
+                    if "session has ended" in line:
+                        ended = True
+                        break
+                    assert time.monotonic() < deadline, "the stream went on after logout"
+                assert ended
+                assert all("tick" not in line for line in lines)  # and nothing more comes
+    finally:
+        server.cli("cancel", str(job["id"]))
 
 
 def test_an_administrators_reset_ends_every_session_and_login_token_of_the_user(server: RunningServer) -> None:

@@ -77,3 +77,12 @@ def test_the_database_url_comes_from_the_environment_in_any_accepted_form(enviro
 
 def test_without_a_url_the_database_is_sqlite_in_the_home(environment, tmp_path: Path) -> None:
     assert ServerSettings.from_environment().effective_database_url == f"sqlite:///{tmp_path / 'mlyard.db'}"
+
+
+def test_web_sessions_are_bound_to_their_address_unless_switched_off(environment) -> None:
+    assert ServerSettings.from_environment().session_bind_address is True
+    environment.setenv("MLYARD_SESSION_BIND_ADDRESS", "off")
+    assert ServerSettings.from_environment().session_bind_address is False
+    environment.setenv("MLYARD_SESSION_BIND_ADDRESS", "sometimes")
+    with pytest.raises(MlyardError, match="MLYARD_SESSION_BIND_ADDRESS='sometimes': choose on or off"):
+        ServerSettings.from_environment()

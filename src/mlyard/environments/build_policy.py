@@ -23,11 +23,21 @@ _PASSED_ON = ("LC_ALL", "SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE")
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
+# The user and password part of a URL (`https://user:token@host/`).
+_USERINFO = re.compile(r"(?<=://)[^/@\s]*@")
+
+
+def redact(text: str) -> str:
+    """`text` with the credentials of every URL in it replaced by `****`: build logs are read
+    by a project's viewers, error messages by whoever asked."""
+    return _USERINFO.sub("****@", text)
+
+
 def _words(variable: str, value: str | None, pattern: re.Pattern[str], what: str) -> tuple[str, ...]:
     words = tuple((value or "").split())
     for word in words:
         if not pattern.fullmatch(word):
-            raise MlyardError(f"{variable}: {word!r} is not {what}")
+            raise MlyardError(f"{variable}: {redact(word)!r} is not {what}")
     return words
 
 
@@ -87,6 +97,10 @@ class BuildPolicy:
         if not self.allow_source:
             options += ["--only-binary", ":all:"]
         return options
+
+    def has_credentials(self) -> bool:
+        """Whether an index URL holds a user name or password."""
+        return any(_USERINFO.search(url) for url in (self.index_url or "", *self.extra_index_urls))
 
     def base_problem(self, base: str) -> str | None:
         """Why `base` may not start an environment here, or None."""

@@ -1,5 +1,9 @@
 """An environment with a container engine: an image built through the engine's
-Docker-compatible build API (Docker Engine, or Podman's `podman system service`)."""
+Docker-compatible build API (Docker Engine, or Podman's `podman system service`).
+
+That API (the classic builder docker-py speaks) has no build secrets, and what a RUN line
+names stays in the image's history: an index URL holding credentials is refused here, never
+put in an image."""
 
 from __future__ import annotations
 
@@ -9,11 +13,14 @@ from pathlib import Path
 from typing import Any
 
 from mlyard.api.environments import EnvironmentRequest
-from mlyard.environments.build_policy import BuildPolicy
+from mlyard.environments.build_policy import BuildPolicy, redact
 from mlyard.environments.containerfile import REQUIREMENTS_FILE, containerfile
 from mlyard.environments.virtualenv import BuildFailed
 
 REPOSITORY = "localhost/mlyard-env"
+CREDENTIALS_REFUSED = ("MLYARD_PIP_INDEX_URL or MLYARD_PIP_EXTRA_INDEX_URLS holds credentials (user:password@), "
+                       "which an image would keep in its history; image builds take an index without them (an "
+                       "index open to the build host, or a proxy that adds them)")
 BUILD_TIMEOUT = 3600
 
 
@@ -51,6 +58,8 @@ class ImageBuilder:
         if self.exists(content_hash):
             return tag
         problem = self.policy.base_problem(request.base)
+        if problem is None and request.requirements and self.policy.has_credentials():
+            problem = CREDENTIALS_REFUSED
         if problem is not None:
             raise BuildFailed(problem)
         with tempfile.TemporaryDirectory(prefix="mlyard-env-") as context:
@@ -61,10 +70,10 @@ class ImageBuilder:
             # The base must be on the engine already or pullable: labs are often offline.
             for chunk in self.client.api.build(path=context, tag=tag, rm=True, forcerm=True, decode=True):
                 if "error" in chunk:
-                    raise BuildFailed(f"the image build failed: {str(chunk['error']).strip()}")
+                    raise BuildFailed(redact(f"the image build failed: {str(chunk['error']).strip()}"))
                 text = chunk.get("stream") or chunk.get("status")
                 if text and text.strip():
-                    log(text.rstrip("\n"))
+                    log(redact(text.rstrip("\n")))
         if not self.exists(content_hash):
             raise BuildFailed(f"the engine finished the build but has no image {tag}")
         return tag

@@ -17,6 +17,7 @@ Python 3.11 has no `os.unshare`: libc's `unshare` and `mount` are called through
 from __future__ import annotations
 
 import ctypes
+import json
 import os
 import signal
 import subprocess
@@ -76,8 +77,10 @@ def _read_only(path: str) -> None:
 
 def cover(home: Path, keep: list[Path], read_only: list[Path]) -> None:
     """HOME becomes an empty read-only tmpfs with `keep` and `read_only` mounted back at their paths."""
-    inside = [(path, False) for path in keep] + [(path, True) for path in read_only]
-    inside = [(path, ro) for path, ro in inside if path.is_relative_to(home) and path.is_dir()]
+    home = home.resolve()
+    inside = [(path.resolve(), False) for path in keep] + [(path.resolve(), True) for path in read_only]
+    # Only directories strictly below HOME come back: HOME itself would undo the cover.
+    inside = [(path, ro) for path, ro in inside if path != home and path.is_relative_to(home) and path.is_dir()]
     # Opened before the cover hides them, mounted back from their descriptors afterwards.
     handles = [(path, ro, os.open(path, os.O_PATH | os.O_DIRECTORY)) for path, ro in inside]
     _mount("tmpfs", str(home), "tmpfs", MS_NOSUID | MS_NODEV, _COVER_OPTIONS)
@@ -90,20 +93,22 @@ def cover(home: Path, keep: list[Path], read_only: list[Path]) -> None:
     _read_only(str(home))
 
 
-def _exec(command: list[str], workdir: str) -> None:
+def _exec(command: list[str], workdir: str, environment: dict[str, str] | None) -> None:
     """In the command's process: default signals, its directory, then the command itself."""
     for number in _RESET_SIGNALS:
         signal.signal(number, signal.SIG_DFL)
     try:
         os.chdir(workdir)
-        os.execvp(command[0], command)
+        if environment is None:
+            os.execvp(command[0], command)
+        os.execvpe(command[0], command, environment)
     except OSError as error:
         sys.stdout.write(f"mlyard: cannot run {command[0]!r}: {error.strerror}\n")
         sys.stdout.flush()
         os._exit(COMMAND_NOT_FOUND if isinstance(error, FileNotFoundError) else COMMAND_NOT_EXECUTABLE)
 
 
-def _init(command: list[str], workdir: str, report: int) -> None:
+def _init(command: list[str], workdir: str, report: int, environment: dict[str, str] | None) -> None:
     """PID 1 of the namespace: its /proc, the command, and the command's outcome on `report`."""
     for number in _RESET_SIGNALS:
         signal.signal(number, signal.SIG_IGN)  # signals for the job go to the command's group
@@ -111,7 +116,7 @@ def _init(command: list[str], workdir: str, report: int) -> None:
     child = os.fork()
     if child == 0:
         os.close(report)
-        _exec(command, workdir)
+        _exec(command, workdir, environment)
     while True:
         pid, status = os.waitpid(-1, 0)
         if pid == child:
@@ -120,7 +125,25 @@ def _init(command: list[str], workdir: str, report: int) -> None:
     os._exit(0)
 
 
-def run(home: Path, keep: list[Path], read_only: list[Path], command: list[str]) -> int:
+def read_environment(descriptor: int) -> dict[str, str]:
+    """The command's environment, handed over on a descriptor rather than in this process's own
+    environment: variables such as LD_PRELOAD would otherwise act on this process, before the
+    namespaces exist."""
+    with os.fdopen(descriptor, "rb") as handle:
+        environment = json.loads(handle.read())
+    return {str(key): str(value) for key, value in environment.items()}
+
+
+def environment_descriptor(environment: dict[str, str]) -> int:
+    """A memory file holding `environment`, for `--environment-fd` (the caller passes it on)."""
+    descriptor = os.memfd_create("mlyard-job-environment")
+    os.write(descriptor, json.dumps(environment).encode())
+    os.lseek(descriptor, 0, os.SEEK_SET)
+    return descriptor
+
+
+def run(home: Path, keep: list[Path], read_only: list[Path], command: list[str],
+        environment: dict[str, str] | None = None) -> int:
     workdir = os.getcwd()
     try:
         enter_namespaces()
@@ -132,7 +155,7 @@ def run(home: Path, keep: list[Path], read_only: list[Path], command: list[str])
     init = os.fork()
     if init == 0:
         os.close(read_end)
-        _init(command, workdir, write_end)
+        _init(command, workdir, write_end, environment)
     os.close(write_end)
     for number in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(number, lambda *_: None)  # the command gets them itself: wait for its outcome
@@ -148,10 +171,14 @@ def run(home: Path, keep: list[Path], read_only: list[Path], command: list[str])
     return code
 
 
-def arguments(home: Path, keep: list[Path], read_only: list[Path], command: list[str]) -> list[str]:
-    """The command line that runs `command` this way, with the Python running now."""
+def arguments(home: Path, keep: list[Path], read_only: list[Path], command: list[str],
+              environment_fd: int | None = None) -> list[str]:
+    """The command line that runs `command` this way, with the Python running now; with
+    `environment_fd` (see `environment_descriptor`) the command gets that environment."""
     options = [item for path in keep for item in ("--keep", str(path))]
     options += [item for path in read_only for item in ("--read-only", str(path))]
+    if environment_fd is not None:
+        options += ["--environment-fd", str(environment_fd)]
     # -I: the job's PYTHON* variables are for its own Python, not this one.
     return [sys.executable, "-I", "-m", __name__, str(home), *options, "--", *command]
 
@@ -182,7 +209,10 @@ def main(argv: list[str]) -> int:
     home, options, command = Path(argv[0]), argv[1:split], argv[split + 1:]
     keep = [Path(value) for flag, value in zip(options[::2], options[1::2], strict=True) if flag == "--keep"]
     read_only = [Path(value) for flag, value in zip(options[::2], options[1::2], strict=True) if flag == "--read-only"]
-    return run(home, keep, read_only, command)
+    descriptors = [int(value) for flag, value in zip(options[::2], options[1::2], strict=True)
+                   if flag == "--environment-fd"]
+    environment = read_environment(descriptors[0]) if descriptors else None
+    return run(home, keep, read_only, command, environment)
 
 
 if __name__ == "__main__":

@@ -11,7 +11,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 PASSTHROUGH = "MLYARD_JOB_ENV_PASSTHROUGH"
-KEPT = ("PATH", "HOME", "LANG", "LANGUAGE", "TZ", "TERM", "TMPDIR", "USER", "LOGNAME")
+KEPT = ("PATH", "HOME", "LANG", "LANGUAGE", "TZ", "TERM", "TMPDIR", "USER", "LOGNAME",
+        # Where the machine's libraries, CUDA, certificates and proxies are: jobs need them as the
+        # server does, and they are the machine's settings, not the server's secrets.
+        "LD_LIBRARY_PATH", "CUDA_HOME", "CUDA_PATH", "PYTHONPATH", "SSL_CERT_FILE", "SSL_CERT_DIR",
+        "REQUESTS_CA_BUNDLE", "http_proxy", "https_proxy", "no_proxy", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY")
 DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin"
 
 

@@ -71,6 +71,13 @@ def _identity(run_as: OsAccount | None) -> dict:
     return {"user": run_as.uid, "group": run_as.gid, "extra_groups": []}
 
 
+def hide_home_environment(environment: dict[str, str]) -> int:
+    """A descriptor holding the command's environment, for the isolating wrapper."""
+    from mlyard.runtime import hide_home
+
+    return hide_home.environment_descriptor(environment)
+
+
 def _give_tree(directory: Path, uid: int, gid: int) -> None:
     """The job's code becomes its account's (links themselves, never what they point to)."""
     os.lchown(directory, uid, gid)
@@ -280,11 +287,15 @@ class Launcher:
         # A pipe rather than the file itself, so the launcher can stop the log growing without
         # stopping the command.
         read_end, write_end = _open_pipe()
+        handed = self._hidden() and hide_home_environment(environment)
         try:
             self.child = subprocess.Popen(
-                self._command(),
+                self._command(handed or None),
                 cwd=workdir,
-                env=environment,
+                # The isolating wrapper starts with the launcher's own environment: the job's
+                # (LD_PRELOAD, say) acts only on the command, inside the namespaces.
+                env=dict(os.environ) if handed else environment,
+                pass_fds=(handed,) if handed else (),
                 stdin=subprocess.DEVNULL,
                 stdout=write_end,
                 stderr=subprocess.STDOUT,
@@ -302,6 +313,8 @@ class Launcher:
             raise
         finally:
             os.close(write_end)  # the command holds the only write end, so its end is the pipe's
+            if handed:
+                os.close(handed)
         self.output.follow(read_end)
         # A signal that came while the child was being created had no child to go to.
         if self.terminating_signal is not None:
@@ -309,14 +322,19 @@ class Launcher:
         write_json_atomically(self.directory / STARTED_FILE, {"pid": self.child.pid, "started_at": time.time()})
         return self.child.wait()
 
-    def _command(self) -> list[str]:
+    def _hidden(self) -> bool:
+        """Whether the command runs where MLYARD_HOME shows only the job's own directories."""
+        return self.config.hide_home is not None and self.config.run_as is None
+
+    def _command(self, environment_fd: int | None = None) -> list[str]:
         config = self.config
-        if config.hide_home is None or config.run_as is not None:
+        if not self._hidden():
             return list(config.command)
         from mlyard.runtime import hide_home
 
         return hide_home.arguments(config.hide_home, [Path(path) for path in config.keep],
-                                   [Path(path) for path in config.keep_read_only], list(config.command))
+                                   [Path(path) for path in config.keep_read_only], list(config.command),
+                                   environment_fd=environment_fd)
 
     def _append_output(self, text: str) -> None:
         with open(self.directory / OUTPUT_LOG, "a") as output:

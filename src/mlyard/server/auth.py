@@ -95,13 +95,14 @@ def new_token() -> str:
 
 
 def issue_token(session: Session, *, name: str, user_id: int | None, job_id: int | None = None,
-                kind: str | None = None, expires_at: float | None = None, parent_token_id: int | None = None) -> str:
+                kind: str | None = None, expires_at: float | None = None, parent_token_id: int | None = None,
+                from_password: bool = False, bound_address: str | None = None) -> str:
     """A new token; only its hash is stored, so the caller shows the returned secret once."""
     token = new_token()
     session.add(
         ApiTokenRow(token_hash=hash_token(token), name=name, user_id=user_id, job_id=job_id, created_at=time.time(),
                     kind=kind or ("job" if job_id is not None else "api"), expires_at=expires_at,
-                    parent_token_id=parent_token_id)
+                    parent_token_id=parent_token_id, from_password=from_password, bound_address=bound_address)
     )
     return token
 
@@ -161,11 +162,13 @@ def _in_force(row: ApiTokenRow | None, now: float) -> bool:
     return row is not None and row.revoked_at is None and (row.expires_at is None or row.expires_at > now)
 
 
-def authenticate(database: Database, authorization: str | None, *, web_session: bool = False) -> Principal:
+def authenticate(database: Database, authorization: str | None, *, web_session: bool = False,
+                 address: str | None = None) -> Principal:
     """The caller of a bearer token. A browser session's token (kind `session`) is taken only
     with `web_session` (the web UI's cookie), which takes nothing else, so a cookie never
     authenticates an API call and an API token never lives in a cookie. A session started with
-    a token ends when that token is revoked or expires."""
+    a token ends when that token is revoked or expires. A session bound to a client address
+    (`bound_address`) is taken only from that `address`, so a cookie caught elsewhere opens nothing."""
     if not authorization:
         raise Unauthorized("missing bearer token: send 'Authorization: Bearer <token>'")
     scheme, _, token = authorization.partition(" ")
@@ -181,6 +184,8 @@ def authenticate(database: Database, authorization: str | None, *, web_session: 
         if (row.kind == "session") != web_session:
             raise Unauthorized("a web UI session works only in the web UI; the API takes an API token"
                                if not web_session else "not a web UI session; log in again")
+        if web_session and row.bound_address is not None and address != row.bound_address:
+            raise Unauthorized("this session was started from another address; log in again")
         if row.parent_token_id is not None and not _in_force(session.get(ApiTokenRow, row.parent_token_id), now):
             raise Unauthorized("the token this session was started with has been revoked or has expired")
         if row.job_id is not None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -60,6 +61,13 @@ def _percent(variable: str, value: str) -> float:
     if not 0 <= percent <= 100:  # also false for nan
         raise MlyardError(f"{variable}: {value!r} is not a percentage from 0 to 100")
     return percent
+
+
+def _on_or_off(environment: Mapping[str, str], variable: str, default: bool) -> bool:
+    value = environment.get(variable, "").strip().lower()
+    if value not in ("", "on", "off"):
+        raise MlyardError(f"{variable}={value!r}: choose on or off")
+    return default if not value else value == "on"
 
 
 def _count(variable: str, value: str) -> int:
@@ -154,6 +162,10 @@ class ServerSettings:
     cookie_secure: str = "auto"
     """The web UI's cookies are Secure and `__Host-` named (MLYARD_COOKIE_SECURE): `on`, `off`,
     or `auto` (when the request came over HTTPS)."""
+    session_bind_address: bool = True
+    """Whether a web session works only from the client address it began at
+    (MLYARD_SESSION_BIND_ADDRESS): off behind a proxy whose replicas reach the server from several
+    addresses."""
     environment_builds: BuildPolicy = field(default_factory=BuildPolicy)
     """What environment builds may reach and which account runs them (MLYARD_PIP_*,
     MLYARD_ENVIRONMENT_BASES, MLYARD_BUILD_USER: `environments/build_policy.py`)."""
@@ -268,4 +280,5 @@ class ServerSettings:
             environment_builds=BuildPolicy.from_environment(environment),
             allowed_hosts=environment.get("MLYARD_ALLOWED_HOSTS", "").strip() or None,
             cookie_secure=environment.get("MLYARD_COOKIE_SECURE", "").strip().lower() or "auto",
+            session_bind_address=_on_or_off(environment, "MLYARD_SESSION_BIND_ADDRESS", True),
         )

@@ -22,18 +22,35 @@ SAME_SITE_FETCHES = frozenset({"same-origin", "none"})
 DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
-def _host_and_port(netloc: str, scheme: str) -> tuple[str, int | None]:
+def _host_and_port(netloc: str) -> tuple[str, int | None] | None:
+    """The host name and explicit port of `netloc`; None when it does not parse."""
     parts = urlsplit(f"//{netloc}")
     try:
         port = parts.port
     except ValueError:
-        return netloc, None
-    return (parts.hostname or "").lower(), port or DEFAULT_PORTS.get(scheme)
+        return None
+    return (parts.hostname or "").lower(), port
 
 
-def cross_site_reason(headers: dict[str, str], scheme: str) -> str | None:
-    """Why a changing request looks cross-site, or None. The scheme of `Origin` is not
-    compared: a proxy that ends TLS hands the server plain HTTP for an https page."""
+def same_server(origin: str, host: str) -> bool:
+    """Whether an `Origin` names the server the `Host` header names. Neither the scheme nor a
+    port derived from the request's own scheme is compared: behind a proxy that ends TLS the
+    server sees plain HTTP for an https page, and a Host without a port. So host names must
+    match; a Host with a port must match the Origin's (explicit, or its scheme's default); a
+    Host without one takes an Origin on its own scheme's default port."""
+    parts = urlsplit(origin)
+    theirs, own = _host_and_port(parts.netloc), _host_and_port(host)
+    if theirs is None or own is None or not own[0] or theirs[0] != own[0]:
+        return False
+    default = DEFAULT_PORTS.get(parts.scheme.lower())
+    origin_port = theirs[1] if theirs[1] is not None else default
+    if own[1] is None:
+        return origin_port is not None and origin_port == default
+    return origin_port == own[1]
+
+
+def cross_site_reason(headers: dict[str, str]) -> str | None:
+    """Why a changing request looks cross-site, or None (see `same_server`)."""
     fetch_site = headers.get("sec-fetch-site")
     if fetch_site is not None and fetch_site.lower() not in SAME_SITE_FETCHES:
         return f"the browser says this request came from another site (Sec-Fetch-Site: {fetch_site})"
@@ -43,8 +60,7 @@ def cross_site_reason(headers: dict[str, str], scheme: str) -> str | None:
     parts = urlsplit(origin)
     if origin == "null" or not parts.netloc:
         return "the request's Origin is hidden (null), so it cannot be told from another site's"
-    own = _host_and_port(headers.get("host", ""), scheme)
-    if _host_and_port(parts.netloc, parts.scheme) != own:
+    if not same_server(origin, headers.get("host", "")):
         return f"the request came from {origin}, not from this server"
     return None
 
@@ -59,7 +75,7 @@ class CrossSiteRefusal:
         if (scope["type"] == "http" and scope["method"] in CHANGING_METHODS
                 and not scope["path"].startswith("/api/")):
             headers = {name.decode("latin-1").lower(): value.decode("latin-1") for name, value in scope["headers"]}
-            reason = cross_site_reason(headers, scope.get("scheme", "http"))
+            reason = cross_site_reason(headers)
             if reason is not None:
                 error = Forbidden(f"refused: {reason}. Open the page on this server and submit it from there.")
                 await page(Request(scope, receive), "error.html", status_code=403, error=error)(scope, receive, send)

@@ -2,8 +2,9 @@
 
 Both read through `services.logs.read_log` with the caller's principal, by byte offset, as
 `mlyard logs --follow` does. Each event's id is the attempt and the offset after its text, so a
-browser that reconnects (EventSource does so by itself) resumes where it was, and its token is
-checked again then.
+browser that reconnects (EventSource does so by itself) resumes where it was. The cookie's
+session is authenticated again at each relocation (every few seconds), so a logout, a password
+change or a revoked token ends an open stream too, and reads use the caller's roles of now.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import time
 from collections.abc import AsyncIterator
 from typing import Annotated
 
-from fastapi import APIRouter, Header, Query, Request
+from fastapi import APIRouter, Header, HTTPException, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import StreamingResponse
 from starlette.responses import Response
@@ -26,7 +27,7 @@ from mlyard.server import auth
 from mlyard.server.services import logs
 from mlyard.web.pages import JobId
 from mlyard.web.templating import page
-from mlyard.web.session import PagePrincipal
+from mlyard.web.session import PagePrincipal, page_principal
 from mlyard.web.stream_slots import SlotStreamingResponse, StreamSlots
 
 router = APIRouter(include_in_schema=False)
@@ -65,6 +66,17 @@ async def _locate(request: Request, principal: auth.Principal, job_id: int, repl
                                    attempt=attempt)
 
 
+class SessionEnded(Exception):
+    """The stream's session no longer authenticates."""
+
+
+async def _current_principal(request: Request) -> auth.Principal:
+    try:
+        return await run_in_threadpool(page_principal, request)
+    except HTTPException as error:
+        raise SessionEnded from error
+
+
 async def _events(request: Request, principal: auth.Principal, job_id: int, replica: str | None,
                   attempt: int | None, offset: int) -> AsyncIterator[str]:
     """Polls the file's size in the event loop and asks the database only every few seconds (has
@@ -77,6 +89,7 @@ async def _events(request: Request, principal: auth.Principal, job_id: int, repl
         while not await request.is_disconnected():
             now = time.monotonic()
             if not location.ended and now - located_at > (RELOCATE_SECONDS if location.attempt else WAITING_SECONDS):
+                principal = await _current_principal(request)
                 location = await _locate(request, principal, job_id, replica, location.attempt or attempt)
                 located_at = now
             chunk = None
@@ -99,6 +112,8 @@ async def _events(request: Request, principal: auth.Principal, job_id: int, repl
                 await asyncio.sleep(POLL_SECONDS)
     except MlyardError as error:
         yield _event("failure", {"message": error.message})
+    except SessionEnded:
+        yield _event("failure", {"message": "your session has ended; log in again"})
 
 
 def _slots(request: Request) -> StreamSlots:

@@ -5,6 +5,9 @@ A login with a user name and password, or with an API token, mints a token of ki
 HttpOnly and SameSite=Strict, and `__Host-` prefixed with Secure behind HTTPS
 (MLYARD_COOKIE_SECURE). The cookie authenticates pages only: the API refuses session tokens
 (`auth.authenticate`), so a cookie that leaks to another port of the same host opens no API.
+A session is also bound to the client address it was started from, and its forms' CSRF value
+is keyed by the server's secret key, so a leaked cookie, replayed from elsewhere, opens no page
+either (behind a proxy every address is the proxy's: there the UI's own host name protects it).
 The login form is guarded against cross-site posts by `web/cross_site.py` and by a pre-login
 double-submit value (`LOGIN_CSRF_COOKIE` = the form's `login_csrf` field).
 """
@@ -72,12 +75,17 @@ def login_required(request: Request) -> HTTPException:
     return HTTPException(status.HTTP_303_SEE_OTHER, headers={"Location": location})
 
 
+def client_address(request: Request) -> str:
+    return request.client.host if request.client else "unknown"
+
+
 def page_principal(request: Request) -> auth.Principal:
     token = session_token(request)
     if not token:
         raise login_required(request)
     try:
-        principal = auth.authenticate(request.app.state.database, f"Bearer {token}", web_session=True)
+        principal = auth.authenticate(request.app.state.database, f"Bearer {token}", web_session=True,
+                                      address=client_address(request))
     except Unauthorized as error:
         raise login_required(request) from error
     request.state.principal = principal  # the audit log's actor (server/audit.py)
@@ -90,16 +98,25 @@ CSRF_FIELD = "csrf"
 CSRF_HEADER = "X-CSRF-Token"
 
 
-def csrf_token(token: str) -> str:
-    """The value every form posting with this session must carry. Derived from the session's
-    token, which other sites cannot read, so they cannot forge it, and it needs no state on the server."""
-    return hmac.new(token.encode(), b"mlyard web form", hashlib.sha256).hexdigest()
+_FALLBACK_KEY = secrets.token_bytes(32)
+"""For an app without the server's key (one not started by its lifespan)."""
+
+
+def csrf_token(request: Request, token: str) -> str:
+    """The value every form posting with this session must carry: an HMAC of the session's hash
+    keyed by the server's secret key, so neither another site nor whoever holds only the cookie
+    can make it, and it needs no state on the server."""
+    label = f"mlyard web form {auth.hash_token(token)}"
+    box = getattr(request.app.state, "secrets", None)
+    if box is None:
+        return hmac.new(_FALLBACK_KEY, label.encode(), hashlib.sha256).hexdigest()
+    return box.fingerprint(label)
 
 
 def csrf_context(request: Request) -> dict[str, str]:
     """For every template: the value the forms and htmx requests send back."""
     token = session_token(request)
-    return {"csrf": csrf_token(token) if token else ""}
+    return {"csrf": csrf_token(request, token) if token else ""}
 
 
 class PageRefused(Exception):
@@ -122,7 +139,7 @@ async def changing_principal(request: Request) -> auth.Principal:
     sent = request.headers.get(CSRF_HEADER)
     if sent is None:
         sent = _form_value(await request.body(), CSRF_FIELD, MAX_CHANGE_BYTES)
-    if not hmac.compare_digest(sent.encode(), csrf_token(session_token(request) or "").encode()):
+    if not hmac.compare_digest(sent.encode(), csrf_token(request, session_token(request) or "").encode()):
         raise PageRefused(Forbidden("this form is out of date or did not come from this site; reload the page "
                                     "and try again"))
     return principal
@@ -168,8 +185,8 @@ def _check_login_csrf(request: Request, sent: str) -> None:
                                     "login page again and retry", field=LOGIN_CSRF_FIELD))
 
 
-def _start_session_with_token(database, token: str) -> str:
-    return accounts.start_session(database, auth.authenticate(database, f"Bearer {token}"))
+def _start_session_with_token(database, token: str, address: str | None) -> str:
+    return accounts.start_session(database, auth.authenticate(database, f"Bearer {token}"), bound_address=address)
 
 
 @router.post("/login")
@@ -185,16 +202,17 @@ async def login(request: Request) -> Response:
     _check_login_csrf(request, field(LOGIN_CSRF_FIELD))
     token, user, password = field("token").strip(), field("user").strip(), field("password")
     target = safe_next(field("next") or None)
-    database = request.app.state.database
+    database, address = request.app.state.database, client_address(request)
+    bound = address if request.app.state.settings.session_bind_address else None
     try:
         if token:
-            return _signed_in(request, await run_in_threadpool(_start_session_with_token, database, token), target)
+            return _signed_in(request, await run_in_threadpool(_start_session_with_token, database, token, bound),
+                              target)
         if not user or not password:
             raise Unauthorized("enter your user name and password")
         credentials = LoginRequest(user=user[:64], password=password[:MAX_PASSWORD], token_name="web session")
-        address = request.client.host if request.client else "unknown"
         issued = await run_in_threadpool(accounts.log_in, database, request.app.state.login_throttle, credentials,
-                                         address=address, kind="session")
+                                         address=address, kind="session", bound_address=bound)
         return _signed_in(request, issued.token, target)
     except (Unauthorized, TooManyRequests) as error:
         return _login_page(request, status_code=error.http_status, next=target, error=error.message,

@@ -14,7 +14,7 @@ def fail(throttle: LoginThrottle, user: str, address: str, at: float) -> None:
 
 
 def test_failures_for_a_user_from_one_address_wait_a_doubling_delay_up_to_a_cap() -> None:
-    throttle = LoginThrottle(free_failures=3, first_delay=1, max_delay=8, max_address_failures=1000)
+    throttle = LoginThrottle(free_failures=3, first_delay=1, max_delay=8)
     for at in (0, 0.1, 0.2):
         fail(throttle, "ann", "10.0.0.1", at)
     with pytest.raises(TooManyRequests) as caught:
@@ -32,7 +32,7 @@ def test_failures_for_a_user_from_one_address_wait_a_doubling_delay_up_to_a_cap(
 
 
 def test_a_flood_of_failures_from_one_address_never_delays_the_user_at_another() -> None:
-    throttle = LoginThrottle(free_failures=3, first_delay=1, max_delay=300, max_address_failures=10_000)
+    throttle = LoginThrottle(free_failures=3, first_delay=1, max_delay=300)
     at = 0.0
     for _ in range(200):
         pair_wait = throttle.delay(200)
@@ -42,26 +42,26 @@ def test_a_flood_of_failures_from_one_address_never_delays_the_user_at_another()
     with pytest.raises(TooManyRequests):
         throttle.check("ann", "203.0.113.9", now=at)
     throttle.check("ann", "10.0.0.1", now=at)  # the user's own machine is not locked out
-    throttle.check("bob", "203.0.113.9", now=at)  # nor are other users at that address, below its cap
+    throttle.check("bob", "203.0.113.9", now=at)  # nor are other users at that address
 
 
-def test_an_address_is_capped_after_its_own_larger_number_of_failures() -> None:
-    throttle = LoginThrottle(free_failures=3, max_address_failures=5, window=60)
-    for number in range(5):
-        fail(throttle, f"name{number}", "10.0.0.2", number)
-    with pytest.raises(TooManyRequests) as caught:
-        throttle.check("someone", "10.0.0.2", now=5)
-    assert "address 10.0.0.2" in caught.value.message and caught.value.retry_after == 55
-    throttle.check("someone", "10.0.0.3", now=5)
-    throttle.check("someone", "10.0.0.2", now=60.5)  # the first failure has left the window
+def test_many_names_failing_from_one_address_never_lock_out_the_others_there() -> None:
+    """Behind a proxy every user shares its address: failures for any number of names there
+    (a sprayer's, or colleagues' typos) never refuse another user at that address."""
+    throttle = LoginThrottle(free_failures=3)
+    for number in range(500):
+        for attempt in range(3):
+            fail(throttle, f"name{number}", "10.0.0.2", number + attempt / 10)
+    throttle.check("someone", "10.0.0.2", now=500)
+    throttle.check("name0", "10.0.0.2", now=500)  # its delays have passed
 
 
-def test_a_success_clears_its_user_and_address_but_not_the_address_cap() -> None:
-    throttle = LoginThrottle(free_failures=2, max_address_failures=3, window=60)
+def test_a_success_clears_its_user_and_address() -> None:
+    throttle = LoginThrottle(free_failures=2, first_delay=10)
     fail(throttle, "ann", "10.0.0.1", 0)
     fail(throttle, "ann", "10.0.0.1", 0.1)
+    with pytest.raises(TooManyRequests):
+        throttle.check("ann", "10.0.0.1", now=0.2)
     throttle.succeeded("ann", "10.0.0.1")
     throttle.check("ann", "10.0.0.1", now=0.2)
-    throttle.failed("ann", "10.0.0.1", now=0.2)
-    with pytest.raises(TooManyRequests):
-        throttle.check("carl", "10.0.0.1", now=0.3)
+    throttle.check("carl", "10.0.0.1", now=0.3)

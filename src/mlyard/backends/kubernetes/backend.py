@@ -33,6 +33,7 @@ from mlyard.backends.base import (
     ReplicaRef,
 )
 from mlyard.backends.kubernetes import inventory, names
+from mlyard.backends.kubernetes.entrypoint import fresh_directory
 from mlyard.backends.kubernetes.objects import render_attempt
 from mlyard.backends.kubernetes.settings import KubernetesSettings
 from mlyard.backends.kubernetes.status import observe_pod, parse_time
@@ -110,6 +111,9 @@ class KubernetesBackend(Backend):
 
     def launch(self, launch: AttemptLaunch) -> list[ReplicaRef]:
         service, *_ = render_attempt(launch, self.settings)
+        for replica in launch.replicas:
+            # Mounted by subPath: the kubelet would create a missing directory as root.
+            fresh_directory(replica.directory)
         created_service = self._create("service", service)
         uid = created_service["metadata"]["uid"]
         created_pods: list[str] = []

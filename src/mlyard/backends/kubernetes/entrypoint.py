@@ -96,11 +96,17 @@ def follow(path: Path, stop: threading.Event, out=None) -> None:
         stop.wait(_FOLLOW_INTERVAL)
 
 
-def prepare(directory: Path, command: list[str], snapshot: Path | None, max_log_bytes: int | None) -> None:
+def fresh_directory(directory: Path) -> None:
+    """Creates the replica's directory; one with an exit status (left by a database that was
+    reset, whose files must not speak for this replica) is moved aside first. The backend
+    does this before the pod starts: in the pod the directory is a mount point."""
     if (directory / EXIT_FILE).exists():
-        # Left by a database that was reset: its files must not speak for this replica.
         directory.rename(directory.with_name(f"{directory.name}.stale-{time.time_ns()}"))
     directory.mkdir(parents=True, exist_ok=True)
+
+
+def prepare(directory: Path, command: list[str], snapshot: Path | None, max_log_bytes: int | None) -> None:
+    fresh_directory(directory)
     # No variables of its own (the pod's environment is the replica's), no CPU pinning (the
     # kubelet's CPU manager places the container) and no memory cgroup (the pod's limit is it).
     write_launch_config(directory, LaunchConfig(command=tuple(command), snapshot=snapshot, max_log_bytes=max_log_bytes))

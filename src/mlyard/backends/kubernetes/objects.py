@@ -3,7 +3,8 @@
 Per attempt: a headless Service (the pods' DNS subdomain, and the owner of everything else),
 a Secret with each replica's API token and the job's `env_secrets`, and one Pod per replica. A pod runs
 `python -m mlyard.backends.kubernetes.entrypoint`, which runs mlyard's launcher in the
-replica's directory on the shared volume: it extracts the code snapshot, runs the command,
+replica's directory on the shared volume (the pod mounts only that directory, the job's
+checkpoint and TensorBoard directories, and read-only its snapshot and virtualenv): it extracts the code snapshot, runs the command,
 writes its output to `output.log` (and the container's stdout) and its exit status to
 `exit.json`, and exits with the command's exit code.
 
@@ -13,8 +14,9 @@ GPUs, numbered from 0, so the node-wide numbering the local backend uses is repl
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from mlyard.backends.base import AttemptLaunch, ReplicaLaunch
@@ -81,7 +83,7 @@ def render_secret(launch: AttemptLaunch, settings: KubernetesSettings,
 
 def render_pod(launch: AttemptLaunch, replica: ReplicaLaunch, settings: KubernetesSettings,
                owner: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    _check_on_shared_volume(replica, settings)
+    _check_on_shared_volume(replica, launch.private_directories, settings)
     role, index = names.role_and_index(replica.name)
     labels = {
         **names.attempt_labels(launch.job_id, launch.attempt),
@@ -162,11 +164,43 @@ def _container(launch: AttemptLaunch, replica: ReplicaLaunch, settings: Kubernet
             "privileged": False,
             "capabilities": {"drop": ["ALL"]},
         },
-        "volumeMounts": [
-            {"name": SHARED_VOLUME, "mountPath": settings.shared_mount_path},
-            {"name": SHM_VOLUME, "mountPath": "/dev/shm"},
-        ],
+        "volumeMounts": [*shared_mounts(launch, replica, settings), {"name": SHM_VOLUME, "mountPath": "/dev/shm"}],
     }
+
+
+def shared_mounts(launch: AttemptLaunch, replica: ReplicaLaunch, settings: KubernetesSettings) -> list[dict[str, Any]]:
+    """Only the replica's own parts of the shared volume, each at its own path: the pods run
+    as the server's user, so the volume's root (admin.token, secret.key, the database, other
+    jobs' directories) stays out. Each directory exists before the pod starts (the kubelet
+    would create a missing one as root)."""
+    parts = [(PurePosixPath(replica.directory), False)]
+    parts += [(PurePosixPath(directory), False) for directory in launch.private_directories]
+    if replica.snapshot is not None:
+        parts.append((PurePosixPath(replica.snapshot), True))
+    virtualenv = _virtualenv(replica)
+    if virtualenv is not None:
+        parts.append((virtualenv, True))
+    mount = PurePosixPath(settings.shared_mount_path)
+    mounts: list[dict[str, Any]] = []
+    for path, read_only in parts:
+        entry: dict[str, Any] = {"name": SHARED_VOLUME, "mountPath": str(path), "subPath": str(path.relative_to(mount))}
+        if read_only:
+            entry["readOnly"] = True
+        mounts.append(entry)
+    return mounts
+
+
+def _virtualenv(replica: ReplicaLaunch) -> PurePosixPath | None:
+    """The built virtualenv the replica runs in: VIRTUAL_ENV may come from the job's own `env`,
+    so only a directory `environments/<content hash>` of the home holding the replica's runs/ counts."""
+    value = replica.env.get("VIRTUAL_ENV")
+    if not value:
+        return None
+    runs = PurePosixPath(replica.directory).parents  # <home>/runs/<job>/<attempt>/<replica>
+    path = PurePosixPath(value)
+    if len(runs) < 4 or path.parent != runs[3] / "environments" or not re.fullmatch(r"[0-9a-f]{64}", path.name):
+        return None
+    return path
 
 
 def pod_environment(launch: AttemptLaunch, replica: ReplicaLaunch) -> list[dict[str, Any]]:
@@ -206,10 +240,12 @@ def _owner_reference(service: str, uid: str) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "Service", "name": service, "uid": uid, "blockOwnerDeletion": True}
 
 
-def _check_on_shared_volume(replica: ReplicaLaunch, settings: KubernetesSettings) -> None:
-    """Pods find their directory and snapshot only if both lie on the shared volume."""
+def _check_on_shared_volume(replica: ReplicaLaunch, private_directories: tuple[Path, ...],
+                            settings: KubernetesSettings) -> None:
+    """Pods find their directories and snapshot only if they lie on the shared volume."""
     mount = PurePosixPath(settings.shared_mount_path)
-    for what, path in (("replica directory", replica.directory), ("code snapshot", replica.snapshot)):
+    for what, path in (("replica directory", replica.directory), ("code snapshot", replica.snapshot),
+                       *(("job directory", directory) for directory in private_directories)):
         if path is not None and not PurePosixPath(path).is_relative_to(mount):
             raise MlyardError(
                 f"the {what} {path} is not on the shared volume mounted at {mount}: set MLYARD_HOME to a "

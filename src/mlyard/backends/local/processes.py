@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -198,11 +199,21 @@ class LocalBackend(Backend):
             hide_home=self.hide_home,
             keep=(str(replica.directory / CODE_DIRECTORY), *map(str, launch.private_directories))
             if self.hide_home is not None else (),
-            keep_read_only=(replica.env["VIRTUAL_ENV"],)
-            if self.hide_home is not None and "VIRTUAL_ENV" in replica.env else (),
+            keep_read_only=self._virtualenv_of(replica),
         )
         return ProcessPlan(replica=replica, argv=(sys.executable, "-m", LAUNCHER_MODULE, str(replica.directory)),
                            config=config)
+
+    def _virtualenv_of(self, replica: ReplicaLaunch) -> tuple[str, ...]:
+        """The built virtualenv the replica runs in, shown to it read-only. VIRTUAL_ENV may be
+        the job's own `env`, so only a directory of the environments' root counts."""
+        if self.hide_home is None or "VIRTUAL_ENV" not in replica.env:
+            return ()
+        root = (self.hide_home / "environments").resolve()
+        virtualenv = Path(os.path.realpath(replica.env["VIRTUAL_ENV"]))
+        if virtualenv.parent != root or not re.fullmatch(r"[0-9a-f]{64}", virtualenv.name):
+            return ()
+        return (str(virtualenv),)
 
     def _plans(self, launch: AttemptLaunch, account: OsAccount | None) -> list[ProcessPlan | ContainerPlan]:
         """One plan per replica, run as `account`; pure."""

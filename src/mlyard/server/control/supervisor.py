@@ -58,7 +58,8 @@ class Supervisor:
         monitor = NodeMonitor.start_for(database, self.backend, self.settings)
         if monitor is not None:
             self.workers.append(monitor)
-        builder = builder_for(self.backend, self.settings.paths, self.settings.environment_builds)
+        builder = builder_for(self.backend, self.settings.paths, self.settings.environment_builds,
+                              isolate=self.settings.job_isolation == "namespace")
         if builder is not None:
             builds = EnvironmentBuilds(database, self.settings.paths, builder)
             builds.start()

@@ -3,13 +3,18 @@
 Failures are counted per (user, address): after FREE_FAILURES of them, each further attempt
 from that address for that user waits a delay that doubles from FIRST_DELAY up to MAX_DELAY
 after the last failure. A guesser's failures from one address never delay the same user from
-another, so a flood of wrong passwords cannot keep the right one out. Each address also has an
-overall cap (MAX_ADDRESS_FAILURES within WINDOW, higher because many people may share an
-address behind a proxy), which bounds one address trying many names.
+another, so a flood of wrong passwords cannot keep the right one out.
+
+There is deliberately no limit per address alone: behind a proxy or an Ingress every user
+arrives from the proxy's address, so such a limit (or a delay for one address trying many
+names) would let one guesser, or one mistyping colleague, lock everyone out. Trying many names
+from one address (password spraying) is bounded instead by each name's own delays and by
+argon2's cost, which every attempt pays, known name or not. Behind a proxy the (user, address)
+pairs of different people merge into one per user: a guesser there delays that user's logins
+through the proxy, never those of other users.
 
 Kept in the server's memory: a restart forgets it, and servers sharing a database count
-separately. A guesser with many addresses is bounded by the per-address caps and by argon2's
-cost, not by a per-user lock, which would hand everyone a way to lock anyone out.
+separately. A per-user lock would hand everyone a way to lock anyone out.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ from __future__ import annotations
 import math
 import threading
 import time
-from collections import defaultdict, deque
+from collections import defaultdict
 from dataclasses import dataclass
 
 from mlyard.errors import TooManyRequests
@@ -25,8 +30,6 @@ from mlyard.errors import TooManyRequests
 FREE_FAILURES = 3
 FIRST_DELAY = 1.0
 MAX_DELAY = 300.0
-MAX_ADDRESS_FAILURES = 30
-WINDOW = 300.0
 FORGET_AFTER = 3600.0
 """A (user, address) whose last failure is older than this starts again from no failures."""
 
@@ -39,12 +42,9 @@ class _Failures:
 
 class LoginThrottle:
     def __init__(self, free_failures: int = FREE_FAILURES, first_delay: float = FIRST_DELAY,
-                 max_delay: float = MAX_DELAY, max_address_failures: int = MAX_ADDRESS_FAILURES,
-                 window: float = WINDOW) -> None:
+                 max_delay: float = MAX_DELAY) -> None:
         self.free_failures, self.first_delay, self.max_delay = free_failures, first_delay, max_delay
-        self.max_address_failures, self.window = max_address_failures, window
         self._pairs: dict[tuple[str, str], _Failures] = defaultdict(_Failures)
-        self._addresses: dict[str, deque[float]] = defaultdict(deque)
         self._lock = threading.Lock()
 
     def delay(self, failures: int) -> float:
@@ -53,14 +53,8 @@ class LoginThrottle:
             return 0.0
         return min(self.max_delay, self.first_delay * 2 ** (failures - self.free_failures))
 
-    def _recent(self, address: str, now: float) -> deque[float]:
-        failures = self._addresses[address]
-        while failures and failures[0] <= now - self.window:
-            failures.popleft()
-        return failures
-
     def check(self, user: str, address: str, now: float | None = None) -> None:
-        """Raises TooManyRequests while this user must wait at this address, or the address is capped."""
+        """Raises TooManyRequests while this user must wait at this address."""
         now = time.monotonic() if now is None else now
         with self._lock:
             pair = self._pairs.get((user, address))
@@ -70,11 +64,6 @@ class LoginThrottle:
                     seconds = max(1, math.ceil(wait))
                     raise TooManyRequests(f"too many failed logins for user {user!r} from this address; try "
                                           f"again in {seconds} s", retry_after=seconds)
-            failures = self._recent(address, now)
-            if len(failures) >= self.max_address_failures:
-                seconds = max(1, math.ceil(failures[-self.max_address_failures] + self.window - now))
-                raise TooManyRequests(f"too many failed logins from address {address}; try again in {seconds} s",
-                                      retry_after=seconds)
 
     def failed(self, user: str, address: str, now: float | None = None) -> None:
         now = time.monotonic() if now is None else now
@@ -83,13 +72,10 @@ class LoginThrottle:
             if now - pair.last > FORGET_AFTER:
                 pair.count = 0
             pair.count, pair.last = pair.count + 1, now
-            self._recent(address, now).append(now)
-            # Bounded memory: pairs and addresses that stopped failing are forgotten.
-            if len(self._pairs) + len(self._addresses) > 10_000:
+            # Bounded memory: pairs that stopped failing are forgotten.
+            if len(self._pairs) > 10_000:
                 for key in [key for key, value in self._pairs.items() if now - value.last > FORGET_AFTER]:
                     del self._pairs[key]
-                for key in [key for key in self._addresses if not self._recent(key, now)]:
-                    del self._addresses[key]
 
     def succeeded(self, user: str, address: str) -> None:
         with self._lock:

@@ -39,7 +39,8 @@ class Stopping:
 
 
 class ShutdownGuard:
-    """The outermost middleware; see the module's text."""
+    """Outside every middleware but the security headers and the Host check (whose answers
+    come first); see the module's text."""
 
     def __init__(self, app: ASGIApp, stopping: Stopping) -> None:
         self.app = app
@@ -64,11 +65,11 @@ class ShutdownGuard:
         try:
             await self.app(scope, receive, tracking_send)
         except asyncio.CancelledError:
-            # Only uvicorn's end of the graceful timeout cancels a request task; the task is
-            # over either way, and ends here with an answer rather than uvicorn's 500.
-            if started:
-                raise
-            await _unavailable(send)
+            # Only uvicorn's end of the graceful timeout cancels a request task: it gets an
+            # answer rather than uvicorn's 500, and the cancellation goes on.
+            if not started:
+                await _unavailable(send)
+            raise
         except Exception:
             if started or not self.stopping.began:
                 raise

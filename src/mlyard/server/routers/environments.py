@@ -22,7 +22,9 @@ def build_environment(request: EnvironmentRequest, response: Response, http: Req
     """Queues a build on the leading server (202), or answers 200 when the environment exists
     with these inputs: nothing is built twice. Poll `GET /environments/{name}` for its status.
     Maintainers of the project (and administrators) build."""
-    built = environments.request_build(database, caller, request, http.app.state.settings.environment_builds)
+    settings = http.app.state.settings
+    built = environments.request_build(database, caller, request, settings.environment_builds,
+                                       settings.paths.environment_log(request.name))
     if built.status == "ready":
         response.status_code = status.HTTP_200_OK
     return built
@@ -46,6 +48,7 @@ def get_environment(name: EnvironmentName, request: Request, database: DatabaseD
 
 
 @router.delete("/{name}", status_code=status.HTTP_204_NO_CONTENT, responses={**ERRORS, 409: {"model": ErrorBody}})
-def remove_environment(name: EnvironmentName, database: DatabaseDependency, caller: PrincipalDependency) -> None:
+def remove_environment(name: EnvironmentName, request: Request, database: DatabaseDependency,
+                       caller: PrincipalDependency) -> None:
     """Removes it (maintainers of its project, administrators); refused while unfinished jobs name it."""
-    environments.remove_environment(database, caller, name)
+    environments.remove_environment(database, caller, name, request.app.state.settings.paths.environment_log(name))

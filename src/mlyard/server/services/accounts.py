@@ -3,9 +3,10 @@
 A password login creates a token like any other, with an expiry: kind `login` for the CLI
 (`mlyard login`), kind `session` for the web UI's cookie. The web UI's login with a token mints
 a `session` of its own whose `parent_token_id` names that token, so the cookie never holds an
-API token and the session dies with its parent. A password change revokes the user's sessions
-and login tokens (tokens made with `mlyard tokens create` stay: they belong to scripts, not to
-whoever knew the password). Secrets are returned once and stored only as hashes. Password
+API token and the session dies with its parent. A password change revokes the user's sessions,
+login tokens and every token made with one of them (`from_password`: whoever knew the password
+could make those); tokens made with a token that never came from the password (admin.token, or
+one made with it) stay: they belong to scripts, not to whoever knew the password. Secrets are returned once and stored only as hashes. Password
 hashing (argon2, deliberately slow) runs outside any database transaction.
 """
 
@@ -120,17 +121,17 @@ def set_password(database: Database, principal: auth.Principal, name: str, chang
         # except the one this change comes with (an administrator's reset keeps none of them).
         kept = principal.token_id if own else None
         for row in session.scalars(select(ApiTokenRow).where(
-                ApiTokenRow.user_id == target.id, ApiTokenRow.kind.in_(PASSWORD_KINDS),
-                ApiTokenRow.revoked_at.is_(None))):
+                ApiTokenRow.user_id == target.id, ApiTokenRow.revoked_at.is_(None),
+                ApiTokenRow.kind.in_(PASSWORD_KINDS) | ApiTokenRow.from_password.is_(True))):
             if row.id != kept:
                 row.revoked_at = time.time()
         return _user_info(target)
 
 
 def log_in(database: Database, throttle: LoginThrottle, request: LoginRequest, *, address: str,
-           kind: str = "login") -> IssuedToken:
-    """A new token (`login`, or a web UI `session`) for the user whose password this is;
-    failures are counted by `throttle`."""
+           kind: str = "login", bound_address: str | None = None) -> IssuedToken:
+    """A new token (`login`, or a web UI `session` bound to `bound_address`) for the user whose
+    password this is; failures are counted by `throttle`."""
     throttle.check(request.user, address)
     with database.transaction() as session:
         row = session.scalar(select(UserRow).where(UserRow.name == request.user))
@@ -144,16 +145,22 @@ def log_in(database: Database, throttle: LoginThrottle, request: LoginRequest, *
     lifetime = SESSION_LIFETIME if kind == "session" else request.expires_in
     with database.transaction() as session:
         secret = auth.issue_token(session, name=request.token_name, user_id=user_id, kind=kind,
-                                  expires_at=time.time() + lifetime if lifetime else None)
+                                  expires_at=time.time() + lifetime if lifetime else None, from_password=True,
+                                  bound_address=bound_address)
         row = session.scalar(select(ApiTokenRow).where(ApiTokenRow.token_hash == auth.hash_token(secret)))
         return IssuedToken(token=secret, info=_token_info(row, request.user))
 
 
 def create_token(database: Database, principal: auth.Principal, request: NewToken) -> IssuedToken:
+    """A token made with one the password gave (or with one made so) is `from_password`: a
+    password change ends it too, so whoever knew the old password keeps nothing."""
     _a_person(principal)
     with database.transaction() as session:
+        caller = session.get(ApiTokenRow, principal.token_id) if principal.token_id is not None else None
+        from_password = caller is not None and (caller.kind in PASSWORD_KINDS or caller.from_password)
         expires_at = time.time() + request.expires_in if request.expires_in else None
-        secret = auth.issue_token(session, name=request.name, user_id=principal.user_id, expires_at=expires_at)
+        secret = auth.issue_token(session, name=request.name, user_id=principal.user_id, expires_at=expires_at,
+                                  from_password=from_password)
         row = session.scalar(select(ApiTokenRow).where(ApiTokenRow.token_hash == auth.hash_token(secret)))
         return IssuedToken(token=secret, info=_token_info(row, principal.name))
 
@@ -189,9 +196,9 @@ def revoke_token(database: Database, principal: auth.Principal, token_id: int) -
         return _token_info(row, owner.name if owner else "?")
 
 
-def start_session(database: Database, principal: auth.Principal) -> str:
+def start_session(database: Database, principal: auth.Principal, bound_address: str | None = None) -> str:
     """A web UI session for the caller of an API or login token: a token of its own, ending at
-    the latest when that one does (see `auth.authenticate`)."""
+    the latest when that one does (see `auth.authenticate`), taken only from `bound_address`."""
     with database.transaction() as session:
         parent = session.get(ApiTokenRow, principal.token_id) if principal.token_id is not None else None
         if parent is None or parent.kind not in PARENT_KINDS or principal.user_id is None:
@@ -200,7 +207,9 @@ def start_session(database: Database, principal: auth.Principal) -> str:
         if parent.expires_at is not None:
             expires_at = min(expires_at, parent.expires_at)
         return auth.issue_token(session, name=f"web session (token {parent.name})"[:128], user_id=principal.user_id,
-                                kind="session", expires_at=expires_at, parent_token_id=parent.id)
+                                kind="session", expires_at=expires_at, parent_token_id=parent.id,
+                                from_password=parent.kind in PASSWORD_KINDS or parent.from_password,
+                                bound_address=bound_address)
 
 
 def end_session(database: Database, principal: auth.Principal) -> None:

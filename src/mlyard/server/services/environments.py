@@ -61,10 +61,18 @@ def _unfinished_users(session: Session, name: str) -> int:
         JobRow.status.in_(_UNFINISHED), JobRow.spec["environment"].as_string() == name)) or 0
 
 
+def _forget_log(log: Path | None) -> None:
+    """Build logs are kept by name: an environment made anew under a removed one's name (maybe
+    by another project) must not show that one's log."""
+    if log is not None:
+        log.unlink(missing_ok=True)
+
+
 def request_build(database: Database, principal: auth.Principal, request: EnvironmentRequest,
-                  policy: BuildPolicy | None = None) -> EnvironmentInfo:
+                  policy: BuildPolicy | None = None, log: Path | None = None) -> EnvironmentInfo:
     """Queues a build, unless the environment exists with these inputs (then it is answered as
-    it stands: nothing is built twice). Only the project's maintainers (and administrators) build."""
+    it stands: nothing is built twice). Only the project's maintainers (and administrators) build.
+    `log`: the build log of this name, removed when the environment is new."""
     auth.authorize(principal, auth.Action.WRITE)
     problem = (policy or BuildPolicy()).base_problem(request.base)
     if problem is not None:
@@ -88,6 +96,7 @@ def request_build(database: Database, principal: auth.Principal, request: Enviro
         else:
             row = EnvironmentRow(name=request.name, project=request.project, created_at=time.time())
             session.add(row)
+            _forget_log(log)
         row.base, row.requirements, row.apt = request.base, request.requirements, request.apt
         row.kind = row.content_hash = row.message = row.image = row.built_at = None
         row.status, row.cached, row.created_by = "queued", False, principal.user_id
@@ -117,9 +126,9 @@ def get_environment(database: Database, principal: auth.Principal, name: str, lo
         return info(_visible(principal, session.get(EnvironmentRow, name), name), log)
 
 
-def remove_environment(database: Database, principal: auth.Principal, name: str) -> None:
-    """Removes the environment; its image or virtualenv goes once no environment of the same
-    content is left (the builder collects it)."""
+def remove_environment(database: Database, principal: auth.Principal, name: str, log: Path | None = None) -> None:
+    """Removes the environment and its build log (`log`); its image or virtualenv goes once no
+    environment of the same content is left (the builder collects it)."""
     auth.authorize(principal, auth.Action.WRITE)
     with database.transaction() as session:
         row = _visible(principal, session.get(EnvironmentRow, name, with_for_update=True), name)
@@ -130,6 +139,7 @@ def remove_environment(database: Database, principal: auth.Principal, name: str)
             raise Conflict(f"{users} unfinished job{'' if users == 1 else 's'} use{'s' if users == 1 else ''} "
                            f"environment {name!r}; remove it when they end", field="name")
         session.delete(row)
+    _forget_log(log)
 
 
 def check_for_job(session: Session, name: str, project: str) -> EnvironmentRow:

@@ -19,6 +19,7 @@ from sqlalchemy import (
     String,
     Text,
     UniqueConstraint,
+    false,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
@@ -60,6 +61,10 @@ class ApiTokenRow(Base):
     parent_token_id: Mapped[int | None] = mapped_column(
         ForeignKey("api_tokens.id", name="fk_api_tokens_parent_token_id"), nullable=True)
     """A session started with a token: it ends when that token is revoked or expires."""
+    from_password: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+    """Made with a login or session token (or one made so): a password change ends it too."""
+    bound_address: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    """A web session's client address at login: its cookie is refused from any other."""
 
 
 class JobRow(Base):

@@ -47,18 +47,24 @@ class Builder(Protocol):
         """Removes what it built for content hashes not in `used`."""
 
 
-def builder_for(backend: Any, paths: Paths, policy: BuildPolicy | None = None) -> Builder | None:
+def builder_for(backend: Any, paths: Paths, policy: BuildPolicy | None = None, *,
+                isolate: bool = True) -> Builder | None:
     """An image builder on the local backend's container engine, else a virtualenv builder on
-    the local backend; None on a backend that builds nothing (Kubernetes: jobs name images)."""
+    the local backend; None on a backend that builds nothing (Kubernetes: jobs name images).
+    `isolate` (MLYARD_JOB_ISOLATION=namespace): builds on the server's own account see of
+    MLYARD_HOME only their virtualenv."""
     if getattr(backend, "name", None) != "local":
         return None
     policy = policy or BuildPolicy()
     containers = getattr(backend, "containers", None)
     if containers is not None and containers.problem() is None:
-        from mlyard.environments.image import ImageBuilder
+        from mlyard.environments.image import CREDENTIALS_REFUSED, ImageBuilder
 
+        if policy.has_credentials():
+            log.warning("environments with requirements will not build: %s", CREDENTIALS_REFUSED)
         return ImageBuilder.connect(containers.engine.url, policy)
-    return VirtualenvBuilder(paths.environments, policy=policy, account=account_for(policy, paths.environments))
+    return VirtualenvBuilder(paths.environments, policy=policy, account=account_for(policy, paths.environments),
+                             hide=paths.home if isolate else None)
 
 
 class EnvironmentBuilds:
