@@ -34,7 +34,7 @@ LABEL = "mlyard.test.stand-in-pod"
 def container_arguments(pod: dict[str, Any], secrets: dict[str, dict[str, str]], shared: Path) -> dict[str, Any]:
     """`containers.create` arguments for the pod's one container: its command, environment (the
     Secret's values put in), user and group, capabilities, privilege escalation, limits, the
-    shared claim bound from `shared` and a memory-backed emptyDir as tmpfs."""
+    shared claim's subPaths bound from `shared` and a memory-backed emptyDir as tmpfs."""
     spec = pod["spec"]
     (container,) = spec["containers"]
     environment = {}
@@ -49,7 +49,10 @@ def container_arguments(pod: dict[str, Any], secrets: dict[str, dict[str, str]],
     for mount in container.get("volumeMounts", ()):
         volume = volumes[mount["name"]]
         if "persistentVolumeClaim" in volume:
-            binds[str(shared)] = {"bind": mount["mountPath"], "mode": "ro" if mount.get("readOnly") else "rw"}
+            source = shared / mount.get("subPath", "")
+            if not source.exists():
+                source.mkdir(parents=True)  # as a kubelet makes a missing subPath: root's
+            binds[str(source)] = {"bind": mount["mountPath"], "mode": "ro" if mount.get("readOnly") else "rw"}
         elif volume.get("emptyDir", {}).get("medium") == "Memory":
             tmpfs[mount["mountPath"]] = f"size={volume['emptyDir']['sizeLimit']}"
         else:

@@ -119,6 +119,11 @@ def test_the_rendered_pods_of_a_ddp_job_train_together_in_the_image(
     launch = attempt(spec, [Placement("worker", 0, "node-a", 1, 2**30), Placement("worker", 1, "node-b", 1, 2**30)],
                      renderer=renderer, job_id=7, snapshot=None)  # the example is in the image
     documents = renderer.dryrun(launch)
+    # What `launch` and the controller make before the pods start: the directories they mount.
+    for directory in (*(replica.directory for replica in launch.replicas), *launch.private_directories):
+        local = shared / directory.relative_to(settings.shared_mount_path)
+        local.mkdir(parents=True)
+        os.chown(local, RUN_AS, RUN_AS)
     secrets = {document["metadata"]["name"]: secret_values(document)
                for document in documents if document["kind"] == "Secret"}
     master_port = str(free_port())
