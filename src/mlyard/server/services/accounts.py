@@ -6,8 +6,9 @@ a `session` of its own whose `parent_token_id` names that token, so the cookie n
 API token and the session dies with its parent. A password change revokes the user's sessions,
 login tokens and every token made with one of them (`from_password`: whoever knew the password
 could make those); tokens made with a token that never came from the password (admin.token, or
-one made with it) stay: they belong to scripts, not to whoever knew the password. Secrets are returned once and stored only as hashes. Password
-hashing (argon2, deliberately slow) runs outside any database transaction.
+one made with it) stay: they belong to scripts, not to whoever knew the password. Secrets are
+returned once and stored only as hashes. Password hashing (argon2, deliberately slow) runs
+outside any database transaction.
 """
 
 from __future__ import annotations
