@@ -40,6 +40,7 @@ FULL_CONFIG = LaunchConfig(
     hide_home=Path("/home/mlyard"),
     keep=("/home/mlyard/runs/7/1/worker-1/code", "/home/mlyard/checkpoints/7"),
     keep_read_only=("/home/mlyard/environments/abc",),
+    processes=4,
 )
 
 
@@ -50,7 +51,7 @@ def test_a_launch_config_reads_back_as_written_privately_under_its_keys(tmp_path
     assert path.stat().st_mode & 0o777 == 0o600  # it holds the job's API token
     assert sorted(json.loads(path.read_text())) == [
         "cgroup_name", "command", "cpu_ids", "env", "hide_home", "keep", "keep_read_only", "max_log_bytes",
-        "memory_bytes", "memory_cgroup_parent", "prepend_path", "run_as", "snapshot"]
+        "memory_bytes", "memory_cgroup_parent", "prepend_path", "processes", "run_as", "snapshot"]
     assert [entry.name for entry in tmp_path.iterdir()] == [LAUNCH_CONFIG], "no temporary file is left"
 
     write_launch_config(tmp_path, LaunchConfig(command=("true",)))  # replaced whole

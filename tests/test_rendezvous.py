@@ -26,9 +26,9 @@ def make_spec(**fields: Any) -> JobSpec:
 
 
 def slot(role: str, index: int, rank: int, *, node: str = "node-a", address: str = "10.0.0.1",
-         port: int = 40000, cpu_count: int = 1, gpu_ids: tuple[int, ...] = ()) -> ReplicaSlot:
+         port: int = 40000, cpu_count: int = 1, gpu_ids: tuple[int, ...] = (), processes: int = 1) -> ReplicaSlot:
     return ReplicaSlot(role=role, index=index, rank=rank, node=node, address=address, port=port,
-                       cpu_count=cpu_count, gpu_ids=gpu_ids)
+                       cpu_count=cpu_count, gpu_ids=gpu_ids, processes=processes)
 
 
 def one_node_pytorch_pair() -> list[dict[str, str]]:
@@ -40,15 +40,43 @@ def one_node_pytorch_pair() -> list[dict[str, str]]:
     return replica_environments(spec, slots, CONTEXT)
 
 
-def test_pytorch_replicas_on_one_node_get_distinct_ranks_and_shared_rendezvous() -> None:
+def test_replicas_on_one_machine_are_still_nodes_of_their_own() -> None:
     first, second = one_node_pytorch_pair()
     assert (first["RANK"], second["RANK"]) == ("0", "1")
     assert first["WORLD_SIZE"] == second["WORLD_SIZE"] == "2"
     assert first["MASTER_ADDR"] == second["MASTER_ADDR"] == "10.0.0.1"
     assert first["MASTER_PORT"] == second["MASTER_PORT"] == "29500"
-    assert (first["LOCAL_RANK"], second["LOCAL_RANK"]) == ("0", "1")
-    assert first["LOCAL_WORLD_SIZE"] == second["LOCAL_WORLD_SIZE"] == "2"
-    assert first["GROUP_RANK"] == second["GROUP_RANK"] == "0"
+    # Lightning reads NODE_RANK (else GROUP_RANK) and LOCAL_RANK: the second replica is node 1,
+    # not the second device of node 0.
+    assert (first["LOCAL_RANK"], second["LOCAL_RANK"]) == ("0", "0")
+    assert first["LOCAL_WORLD_SIZE"] == second["LOCAL_WORLD_SIZE"] == "1"
+    assert (first["NODE_RANK"], second["NODE_RANK"]) == ("0", "1")
+    assert (first["GROUP_RANK"], second["GROUP_RANK"]) == ("0", "1")
+    assert (first["CUDA_VISIBLE_DEVICES"], second["CUDA_VISIBLE_DEVICES"]) == ("0,1", "")
+
+
+def test_torchrun_finds_the_jobs_topology_in_its_pet_variables() -> None:
+    spec = make_spec(framework="pytorch", roles=[{"name": "worker", "replicas": 2, "processes": 4}])
+    slots = [slot("worker", 0, 0, processes=4, cpu_count=8), slot("worker", 1, 1, processes=4, cpu_count=8)]
+    first, second = replica_environments(spec, slots, CONTEXT)
+    for environment, node_rank in ((first, "0"), (second, "1")):
+        assert environment["PET_NNODES"] == "2"
+        assert environment["PET_NODE_RANK"] == node_rank
+        assert environment["PET_NPROC_PER_NODE"] == "4"
+        assert (environment["PET_MASTER_ADDR"], environment["PET_MASTER_PORT"]) == ("10.0.0.1", "29500")
+        assert environment["PET_RDZV_ENDPOINT"] == "10.0.0.1:29500"
+        assert "TORCHELASTIC_RUN_ID" not in environment, "only torchrun itself says it is the launcher"
+    assert first["WORLD_SIZE"] == "8" and first["LOCAL_WORLD_SIZE"] == "4"
+    assert (first["RANK"], second["RANK"]) == ("0", "4"), "a replica's variables describe its first process"
+    assert first["OMP_NUM_THREADS"] == "2", "the replica's cores shared among its processes"
+
+
+def test_first_ranks_add_up_the_processes_of_lower_replicas() -> None:
+    spec = make_spec(roles=[{"name": "chief", "processes": 2}, {"name": "worker", "replicas": 2, "processes": 3}])
+    slots = [slot("chief", 0, 0, processes=2), slot("worker", 0, 1, processes=3), slot("worker", 1, 2, processes=3)]
+    environments = replica_environments(spec, slots, CONTEXT)
+    assert [e["RANK"] for e in environments] == ["0", "2", "5"]
+    assert {e["WORLD_SIZE"] for e in environments} == {"8"}
 
 
 def test_omp_threads_follow_the_replica_cpu_count() -> None:
@@ -106,22 +134,8 @@ def test_replicas_on_two_nodes_are_each_local_rank_zero_and_meet_at_rank_zeros_n
     assert first["LOCAL_WORLD_SIZE"] == second["LOCAL_WORLD_SIZE"] == "1"
     assert first["MASTER_ADDR"] == second["MASTER_ADDR"] == "10.0.0.2"
     assert first["WORLD_SIZE"] == second["WORLD_SIZE"] == "2"
-    # Node groups are numbered by node name, whatever order the slots come in.
-    assert (first["GROUP_RANK"], second["GROUP_RANK"]) == ("1", "0")
-
-
-def test_local_ranks_count_per_node_when_nodes_are_interleaved() -> None:
-    spec = make_spec(roles=[{"name": "worker", "replicas": 4}])
-    slots = [
-        slot("worker", 0, 0, node="node-a", address="10.0.0.1"),
-        slot("worker", 1, 1, node="node-b", address="10.0.0.2"),
-        slot("worker", 2, 2, node="node-a", address="10.0.0.1"),
-        slot("worker", 3, 3, node="node-b", address="10.0.0.2"),
-    ]
-    environments = replica_environments(spec, slots, CONTEXT)
-    assert [e["LOCAL_RANK"] for e in environments] == ["0", "0", "1", "1"]
-    assert {e["LOCAL_WORLD_SIZE"] for e in environments} == {"2"}
-    assert [e["RANK"] for e in environments] == ["0", "1", "2", "3"]
+    # Node ranks are replica ranks, whichever machines the replicas landed on.
+    assert (first["GROUP_RANK"], second["GROUP_RANK"]) == ("0", "1")
 
 
 def tensorflow_job() -> tuple[list[ReplicaSlot], list[dict[str, str]]]:
@@ -213,7 +227,7 @@ def test_user_env_cannot_override_identity_variables() -> None:
     spec = make_spec(env=owned, roles=[{"name": "worker", "replicas": 2, "env": owned}])
     environments = replica_environments(spec, [slot("worker", 0, 0), slot("worker", 1, 1)], CONTEXT)
     assert [e["RANK"] for e in environments] == ["0", "1"]
-    assert [e["LOCAL_RANK"] for e in environments] == ["0", "1"]
+    assert [e["LOCAL_RANK"] for e in environments] == ["0", "0"]
     for environment in environments:
         assert environment["WORLD_SIZE"] == "2"
         assert environment["MLYARD_JOB_ID"] == "42"

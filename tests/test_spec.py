@@ -248,9 +248,22 @@ def test_cpu_out_of_range_is_rejected(cpu: float) -> None:
     assert error_locations(roles=[{"resources": {"cpu": cpu}}]) == [("roles", 0, "resources", "cpu")]
 
 
-@pytest.mark.parametrize(("cpu", "whole"), [(0.1, 1), (0.5, 1), (1, 1), (1.5, 2), (2.0, 2), (2.01, 3)])
-def test_whole_cpus_rounds_up(cpu: float, whole: int) -> None:
+@pytest.mark.parametrize(("cpu", "whole"), [(0.1, 0), (0.5, 0), (1, 1), (1.5, 2), (2.0, 2), (2.01, 3)])
+def test_whole_cpus_round_up_and_a_request_below_a_core_pins_none(cpu: float, whole: int) -> None:
     assert Resources(cpu=cpu).whole_cpus == whole
+
+
+def test_a_cpu_request_is_counted_in_millicores_down_to_one() -> None:
+    assert Resources(cpu=0.25).millicores == 250
+    assert error_locations(roles=[{"resources": {"cpu": 0.0001}}]) == [("roles", 0, "resources", "cpu")]
+
+
+def test_processes_success_policy_and_placement_are_checked_where_they_are_written() -> None:
+    assert error_locations(roles=[{"processes": 0}]) == [("roles", 0, "processes")]
+    assert error_locations(success_policy="first") == [("success_policy",)]
+    assert error_locations(success_policy="chief") == [()], "a chief policy needs a chief role"
+    assert error_locations(placement={"same_rack": True}) == [("placement", "same_rack")]
+    assert error_locations(placement={"same_topology": "rack; rm"}) == [("placement", "same_topology")]
 
 
 # --------------------------------------------------------------------------- other fields

@@ -89,10 +89,15 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-class Resources(_Strict):
-    """What one replica needs. Embedded mode pins each replica to ceil(cpu) cores of its own."""
+MILLICORES = 1000
+"""The scheduler counts CPUs in thousandths of a core."""
 
-    cpu: float = Field(default=1.0, gt=0, le=4096)
+
+class Resources(_Strict):
+    """What one replica needs. A request of one core or more is pinned to ceil(cpu) cores of
+    its own; one below a core shares a core with other such requests (`shared_millicores`)."""
+
+    cpu: float = Field(default=1.0, gt=0, le=4096, description="cores; below 1 (e.g. 0.25) shares a core")
     memory: int = Field(default=1024**3, description="bytes; accepts quantities such as 2Gi")
     gpu: int = Field(default=0, ge=0, le=64)
     gpu_models: list[Annotated[str, Field(min_length=1, max_length=128)]] = Field(
@@ -105,9 +110,21 @@ class Resources(_Strict):
     def _memory(cls, value: Any) -> int:
         return parse_memory(value)
 
+    @field_validator("cpu")
+    @classmethod
+    def _cpu(cls, value: float) -> float:
+        if value < 1 and round(value * MILLICORES) < 1:
+            raise ValueError("a CPU request below one core is counted in thousandths: at least 0.001")
+        return value
+
     @property
     def whole_cpus(self) -> int:
-        return math.ceil(self.cpu)
+        """Cores pinned to the replica alone: 0 for a request below one core, which shares one."""
+        return 0 if self.cpu < 1 else math.ceil(self.cpu - 1e-9)
+
+    @property
+    def millicores(self) -> int:
+        return round(self.cpu * MILLICORES)
 
 
 class Role(_Strict):
@@ -118,6 +135,11 @@ class Role(_Strict):
     resources: Resources = Field(default_factory=Resources)
     command: list[str] | None = Field(default=None, description="overrides the job's command for this role")
     env: dict[str, str] = Field(default_factory=dict)
+    processes: int = Field(
+        default=1, ge=1, le=256,
+        description="processes per replica (one per GPU is usual): a plain command is started this many times "
+        "with RANK and LOCAL_RANK of its own; torchrun reads it as PET_NPROC_PER_NODE",
+    )
 
     @field_validator("command", mode="before")
     @classmethod
@@ -159,6 +181,19 @@ class Elastic(_Strict):
 
 
 Framework = Literal["pytorch", "tensorflow", "none"]
+SuccessPolicy = Literal["all", "chief", "worker-0"]
+CHIEF_ROLES = ("chief", "master")
+
+
+class Placement(_Strict):
+    """Where a job's replicas must sit relative to each other; the scheduler waits, with a
+    reason, rather than place them otherwise."""
+
+    same_node: bool = Field(default=False, description="every replica on one node (model-parallel stages)")
+    same_topology: str | None = Field(
+        default=None, min_length=1, max_length=63, pattern=r"^[A-Za-z0-9_.\-/]+$",
+        description="a node label (e.g. rack): every replica on nodes with the same value of it",
+    )
 
 
 def normalize_command(value: Any) -> list[str]:
@@ -217,6 +252,13 @@ class JobSpec(_Strict):
     project: str = Field(default="default", pattern=NAME_PATTERN)
     priority: int = Field(default=0, ge=-1000, le=1000)
     restart_policy: RestartPolicy = Field(default_factory=RestartPolicy)
+    success_policy: SuccessPolicy | None = Field(
+        default=None,
+        description="when the job has succeeded: `all` replicas exited 0, the `chief` (or `master`) replica did, "
+        "or replica 0 of role `worker` did (`worker-0`); the others are then stopped. Default: `chief` for a "
+        "TensorFlow job with a chief role, `worker-0` for another TensorFlow job, else `all`",
+    )
+    placement: Placement = Field(default_factory=Placement)
     elastic: Elastic | None = None
     snapshot: Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")] | None = Field(
         default=None, description="sha256 of the uploaded code snapshot"
@@ -290,7 +332,24 @@ class JobSpec(_Strict):
         plain = set(self.env).union(*(role.env for role in self.roles))
         if both := sorted(plain & set(self.env_secrets)):
             raise ValueError(f"{', '.join(both)}: set in env and in env_secrets; keep one")
+        if self.success_policy == "chief" and not any(name in CHIEF_ROLES for name in names):
+            raise ValueError("success_policy chief needs a role named chief (or master)")
+        if self.success_policy == "worker-0" and "worker" not in names:
+            raise ValueError("success_policy worker-0 needs a role named worker")
         return self
+
+    @property
+    def effective_success_policy(self) -> SuccessPolicy:
+        """The policy the job runs under: its own, or the default Kubeflow's operators use."""
+        if self.success_policy is not None:
+            return self.success_policy
+        if self.framework == "tensorflow":
+            names = {role.name for role in self.roles}
+            if names & set(CHIEF_ROLES):
+                return "chief"
+            if "worker" in names:
+                return "worker-0"
+        return "all"
 
     @property
     def replica_count(self) -> int:
@@ -320,7 +379,9 @@ class JobStatus(str, enum.Enum):
       out its backoff (`restart_at`) before it is SCHEDULED again. Set by the controller.
     - PREEMPTED: the scheduler took its resources back (a preemption or a resize); it passes
       at once to QUEUED and resumes from its checkpoint. Set by the controller.
-    - SUCCEEDED: every replica of the attempt exited 0. Set by the controller. Terminal.
+    - SUCCEEDED: the attempt met the job's success policy: every replica exited 0 (`all`), or the
+      chief or worker 0 did and the other replicas were then stopped. Set by the controller
+      (also from STARTING, when the chief finishes before a slow peer runs). Terminal.
     - FAILED: a replica failed with no restarts left, `max_runtime` passed, the environment it
       names went away, or it could not be started. Set by the controller. Terminal.
     - CANCELLED: a user cancelled it (a queued, preempted or restarting job at once, by the
@@ -358,7 +419,7 @@ _S = JobStatus
 ALLOWED_TRANSITIONS: dict[JobStatus, frozenset[JobStatus]] = {
     _S.QUEUED: frozenset({_S.SCHEDULED, _S.CANCELLED, _S.FAILED}),
     _S.SCHEDULED: frozenset({_S.STARTING, _S.FAILED, _S.CANCELLED}),
-    _S.STARTING: frozenset({_S.RUNNING, _S.FAILED, _S.CANCELLED, _S.PREEMPTED, _S.RESTARTING}),
+    _S.STARTING: frozenset({_S.RUNNING, _S.SUCCEEDED, _S.FAILED, _S.CANCELLED, _S.PREEMPTED, _S.RESTARTING}),
     _S.RUNNING: frozenset({_S.SUCCEEDED, _S.FAILED, _S.CANCELLED, _S.RESTARTING, _S.PREEMPTED}),
     _S.RESTARTING: frozenset({_S.SCHEDULED, _S.FAILED, _S.CANCELLED}),
     _S.PREEMPTED: frozenset({_S.QUEUED, _S.CANCELLED}),

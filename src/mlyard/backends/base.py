@@ -56,6 +56,9 @@ class ReplicaLaunch:
     secret_names: frozenset[str] = frozenset()
     """The variables of `env` that hold the job's `env_secrets`: a backend that writes the
     environment where others read it (a Pod's spec) passes these by reference instead."""
+    processes: int = 1
+    """The role's processes per replica: the launcher starts a plain command this many times
+    (`runtime/processes.py`)."""
 
 
 @dataclass(frozen=True)

@@ -88,6 +88,9 @@ class LaunchConfig:
     """MLYARD_HOME, which the command sees only as `keep` (and `keep_read_only`): `hide_home.py`."""
     keep: tuple[str, ...] = ()
     keep_read_only: tuple[str, ...] = ()
+    processes: int = 1
+    """Copies of the command the launcher starts, each with its own RANK and LOCAL_RANK
+    (`processes.py`); 1 for a command that starts its workers itself (torchrun)."""
 
     def as_data(self) -> dict[str, Any]:
         """The configuration as the JSON object `launch.json` holds."""
@@ -107,6 +110,7 @@ class LaunchConfig:
             "hide_home": str(self.hide_home) if self.hide_home is not None else None,
             "keep": list(self.keep),
             "keep_read_only": list(self.keep_read_only),
+            "processes": self.processes,
         }
 
     @classmethod
@@ -168,6 +172,12 @@ def _optional(kind: type, convert: Any = None) -> Any:
     return parse
 
 
+def _count(value: Any) -> int:
+    if not _is_integer(value) or value < 1:
+        raise TypeError(f"must be a positive integer, not {value!r}")
+    return value
+
+
 def _account(value: Any) -> OsAccount | None:
     if value is None:
         return None
@@ -193,6 +203,7 @@ _PARSERS = {
     "hide_home": _optional(str, Path),
     "keep": _paths,
     "keep_read_only": _paths,
+    "processes": _count,
 }
 
 

@@ -45,6 +45,7 @@ from mlyard.runtime.launch_config import (
     write_json_atomically,
 )
 from mlyard.runtime.job_environment import scrubbed
+from mlyard.runtime.processes import copies_to_start, process_environment
 
 COMMAND_NOT_FOUND = 127
 COMMAND_NOT_EXECUTABLE = 126
@@ -54,6 +55,7 @@ _COPY_CHUNK = 64 * 1024
 _PIPE_SIZE = 1024 * 1024
 # The command is gone and its group killed by then: what is left in the pipe is at most its size.
 _COPY_DRAIN_TIMEOUT = 10.0
+_POLL_INTERVAL = 0.05
 
 
 def _account_environment(run_as: OsAccount) -> dict[str, str]:
@@ -165,7 +167,8 @@ class CappedLog:
         self.size = os.fstat(self.file.fileno()).st_size  # an earlier run's output counts too
         self.truncated = False
         self._last_byte = b"\n"
-        self._thread: threading.Thread | None = None
+        self._threads: list[threading.Thread] = []
+        self._lock = threading.Lock()
 
     def write(self, data: bytes) -> None:
         if self.truncated or not data:
@@ -183,22 +186,36 @@ class CappedLog:
         except (OSError, ValueError):  # a full volume, or closed after a drain that timed out
             pass
 
-    def follow(self, pipe: int) -> None:
-        """Copies from `pipe` in a thread until every writer has closed it."""
-        self._thread = threading.Thread(target=self._copy, args=(pipe,), name="output", daemon=True)
-        self._thread.start()
+    def follow(self, pipe: int, prefix: bytes = b"") -> None:
+        """Copies from `pipe` in a thread until every writer has closed it; with a `prefix`,
+        line by line, each line starting with it (several processes share the log)."""
+        thread = threading.Thread(target=self._copy_lines if prefix else self._copy, args=(pipe, prefix),
+                                  name="output", daemon=True)
+        self._threads.append(thread)
+        thread.start()
 
-    def _copy(self, pipe: int) -> None:
+    def _copy(self, pipe: int, _prefix: bytes) -> None:
         try:
             while chunk := os.read(pipe, _COPY_CHUNK):
-                self.write(chunk)
+                with self._lock:
+                    self.write(chunk)
         finally:
             os.close(pipe)
 
+    def _copy_lines(self, pipe: int, prefix: bytes) -> None:
+        with os.fdopen(pipe, "rb", buffering=_COPY_CHUNK) as stream:
+            at_line_start = True
+            # Bounded reads: a process that never ends a line cannot make the launcher hold it all.
+            while chunk := stream.readline(_COPY_CHUNK):
+                with self._lock:
+                    self.write(prefix + chunk if at_line_start else chunk)
+                at_line_start = chunk.endswith(b"\n")
+
     def close(self) -> None:
-        if self._thread is not None:
+        deadline = time.monotonic() + _COPY_DRAIN_TIMEOUT
+        for thread in self._threads:
             # A process outside the launcher's tree holding the pipe must not hold up exit.json.
-            self._thread.join(_COPY_DRAIN_TIMEOUT)
+            thread.join(max(0.0, deadline - time.monotonic()))
         self.file.close()
 
 
@@ -218,6 +235,8 @@ class Launcher:
         self.directory = directory
         self.config: LaunchConfig = read_launch_config(directory)
         self.child: subprocess.Popen | None = None
+        """The first copy of the command: its pid names the replica's process group."""
+        self.children: list[subprocess.Popen] = []
         self.terminating_signal: int | None = None
         self.cgroup: Path | None = None
         self.output: CappedLog | None = None
@@ -230,6 +249,10 @@ class Launcher:
     def on_signal(self, number: int, _frame) -> None:
         if self.terminating_signal is None:
             self.terminating_signal = number
+        self._signal_group(number)
+
+    def _signal_group(self, number: int) -> None:
+        """To every copy of the command and what they started in their group."""
         if self.child is not None:
             try:
                 os.killpg(self.child.pid, number)
@@ -284,12 +307,35 @@ class Launcher:
         if "PATH" not in config.env and config.prepend_path:
             environment["PATH"] = config.prepend_path + os.pathsep + environment.get("PATH", "")
         self.output = CappedLog(self.directory / OUTPUT_LOG, config.max_log_bytes or DEFAULT_MAX_LOG_BYTES)
+        copies = copies_to_start(config.command, config.processes)
+        try:
+            for local_rank in range(copies):
+                own = environment if copies == 1 else process_environment(environment, local_rank)
+                prefix = f"[rank {own['RANK']}] ".encode() if copies > 1 else b""
+                self.children.append(self._spawn(own, workdir, run_as, prefix))
+        except (FileNotFoundError, PermissionError) as error:
+            self.output.write(f"mlyard: cannot run {config.command[0]!r}: {error.strerror}\n".encode())
+            if not self.children:
+                return COMMAND_NOT_FOUND if isinstance(error, FileNotFoundError) else COMMAND_NOT_EXECUTABLE
+            self._signal_group(signal.SIGTERM)
+        # A signal that came while the children were being created had no child to go to.
+        if self.terminating_signal is not None:
+            self.on_signal(self.terminating_signal, None)
+        write_json_atomically(self.directory / STARTED_FILE, {"pid": self.child.pid, "started_at": time.time()})
+        if len(self.children) == 1:
+            return self.child.wait()
+        return self._wait_for_all()
+
+    def _spawn(self, environment: dict[str, str], workdir: Path, run_as: OsAccount | None,
+               prefix: bytes) -> subprocess.Popen:
+        """Starts one copy of the command in the replica's process group (the first copy's);
+        its output goes through a pipe of its own into the log."""
         # A pipe rather than the file itself, so the launcher can stop the log growing without
         # stopping the command.
         read_end, write_end = _open_pipe()
         handed = self._hidden() and hide_home_environment(environment)
         try:
-            self.child = subprocess.Popen(
+            child = subprocess.Popen(
                 self._command(handed or None),
                 cwd=workdir,
                 # The isolating wrapper starts with the launcher's own environment: the job's
@@ -299,15 +345,11 @@ class Launcher:
                 stdin=subprocess.DEVNULL,
                 stdout=write_end,
                 stderr=subprocess.STDOUT,
-                process_group=0,
+                process_group=self.child.pid if self.child is not None else 0,
                 # The server keeps its own files private (umask 077); the job's are the user's.
                 umask=0o022,
                 **_identity(run_as),
             )
-        except (FileNotFoundError, PermissionError) as error:
-            os.close(read_end)
-            self.output.write(f"mlyard: cannot run {config.command[0]!r}: {error.strerror}\n".encode())
-            return COMMAND_NOT_FOUND if isinstance(error, FileNotFoundError) else COMMAND_NOT_EXECUTABLE
         except BaseException:
             os.close(read_end)
             raise
@@ -315,12 +357,31 @@ class Launcher:
             os.close(write_end)  # the command holds the only write end, so its end is the pipe's
             if handed:
                 os.close(handed)
-        self.output.follow(read_end)
-        # A signal that came while the child was being created had no child to go to.
-        if self.terminating_signal is not None:
-            self.on_signal(self.terminating_signal, None)
-        write_json_atomically(self.directory / STARTED_FILE, {"pid": self.child.pid, "started_at": time.time()})
-        return self.child.wait()
+        if self.child is None:
+            self.child = child
+        assert self.output is not None
+        self.output.follow(read_end, prefix)
+        return child
+
+    def _wait_for_all(self) -> int:
+        """The replica's exit code once every copy has ended: the first non-zero one, after
+        which the others are stopped (as torchrun stops a node's workers), else 0."""
+        first_failure: int | None = None
+        running = list(self.children)
+        while running:
+            for child in list(running):
+                code = child.poll()
+                if code is None:
+                    continue
+                running.remove(child)
+                if code != 0 and first_failure is None:
+                    first_failure = code
+                    if running:
+                        self.log(f"process {child.pid} exited with {code}: stopping the replica's other processes")
+                        self._signal_group(signal.SIGTERM)
+            if running:
+                time.sleep(_POLL_INTERVAL)
+        return first_failure or 0
 
     def _hidden(self) -> bool:
         """Whether the command runs where MLYARD_HOME shows only the job's own directories."""

@@ -1,13 +1,20 @@
 """The environment each replica starts with: who it is and how to find the others.
 
 Pure: every backend computes replica environments here, so PyTorch (`RANK`, `WORLD_SIZE`,
-`MASTER_ADDR`, …) and TensorFlow (`TF_CONFIG`) see the same conventions on every backend.
+`MASTER_ADDR`, …), torchrun (`PET_*`), Lightning (`NODE_RANK`) and TensorFlow (`TF_CONFIG`) see
+the same conventions on every backend.
+
+A replica is one node of the job's world, as a pod is: its node rank (`NODE_RANK`,
+`GROUP_RANK`, `PET_NODE_RANK`) is its replica rank over the job, whichever machine it lands on,
+and it runs `processes` processes (`LOCAL_WORLD_SIZE`, `PET_NPROC_PER_NODE`). Its variables
+describe its first process (`LOCAL_RANK` 0, `RANK` the first of its ranks); the launcher gives
+each further process of a plain command its own `RANK` and `LOCAL_RANK`, and torchrun does the
+same for the workers it starts.
 """
 
 from __future__ import annotations
 
 import json
-from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -29,7 +36,9 @@ class ReplicaSlot:
     port: int
     """This replica's own port (TensorFlow servers listen on it)."""
     cpu_count: int
+    """Cores the replica may use: its pinned cores, or 1 for a share of one."""
     gpu_ids: tuple[int, ...]
+    processes: int = 1
 
 
 @dataclass(frozen=True)
@@ -51,18 +60,15 @@ class JobContext:
 def replica_environments(spec: JobSpec, slots: Sequence[ReplicaSlot], context: JobContext) -> list[dict[str, str]]:
     """One environment per slot, in slot order. User-set variables (job env, then role env)
     win over computed ones, except the identity variables mlyard owns."""
-    world_size = len(slots)
+    world_size = sum(slot.processes for slot in slots)
+    first_ranks = _first_ranks(slots)
     master = next(slot for slot in slots if slot.rank == 0)
-    per_node = Counter(slot.node for slot in slots)
-    local_ranks: dict[str, int] = Counter()
     cluster = _tf_cluster(slots)
     roles = {role.name: role for role in spec.roles}
     environments = []
     for slot in slots:
-        local_rank = local_ranks[slot.node]
-        local_ranks[slot.node] += 1
         environment: dict[str, str] = {
-            "OMP_NUM_THREADS": str(max(1, slot.cpu_count)),
+            "OMP_NUM_THREADS": str(max(1, slot.cpu_count // slot.processes)),
             "PYTHONUNBUFFERED": "1",
         }
         environment.update(spec.env)
@@ -77,13 +83,22 @@ def replica_environments(spec: JobSpec, slots: Sequence[ReplicaSlot], context: J
                 "MLYARD_TOKEN": context.token,
                 "MLYARD_CHECKPOINT_DIR": context.checkpoint_directory,
                 "MLYARD_RESTART_COUNT": str(context.earlier_attempts),
-                "RANK": str(slot.rank),
+                "RANK": str(first_ranks[slot.rank]),
                 "WORLD_SIZE": str(world_size),
-                "LOCAL_RANK": str(local_rank),
-                "LOCAL_WORLD_SIZE": str(per_node[slot.node]),
-                "GROUP_RANK": str(sorted(per_node).index(slot.node)),
+                "LOCAL_RANK": "0",
+                "LOCAL_WORLD_SIZE": str(slot.processes),
+                "NODE_RANK": str(slot.rank),
+                "GROUP_RANK": str(slot.rank),
                 "MASTER_ADDR": master.address,
                 "MASTER_PORT": str(context.master_port),
+                # torchrun's flags as variables: `torchrun train.py` alone forms the job's world.
+                "PET_NNODES": str(len(slots)),
+                "PET_NODE_RANK": str(slot.rank),
+                "PET_NPROC_PER_NODE": str(slot.processes),
+                "PET_MASTER_ADDR": master.address,
+                "PET_MASTER_PORT": str(context.master_port),
+                "PET_RDZV_ENDPOINT": f"{master.address}:{context.master_port}",
+                "PET_RDZV_ID": f"mlyard-{context.job_id}-{context.attempt}",
                 "CUDA_VISIBLE_DEVICES": ",".join(str(gpu) for gpu in slot.gpu_ids),
             }
         )
@@ -95,6 +110,15 @@ def replica_environments(spec: JobSpec, slots: Sequence[ReplicaSlot], context: J
             )
         environments.append(environment)
     return environments
+
+
+def _first_ranks(slots: Sequence[ReplicaSlot]) -> dict[int, int]:
+    """Each replica's first process rank, by replica rank: the processes of lower replicas come first."""
+    first, total = {}, 0
+    for slot in sorted(slots, key=lambda s: s.rank):
+        first[slot.rank] = total
+        total += slot.processes
+    return first
 
 
 def _tf_cluster(slots: Sequence[ReplicaSlot]) -> Mapping[str, list[str]]:

@@ -128,6 +128,8 @@ def finish_stop(session: Session, attempt: AttemptRow, spec: JobSpec, now: float
         job.preemption_count = (job.preemption_count or 0) + 1
         job.wait_reason = None
     else:
+        if outcome is JobStatus.SUCCEEDED:  # the success policy was met: the others' codes do not count
+            job.exit_code = 0
         switch_status(session, job, outcome, message=reason, now=now)
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from mlyard.server.control.judge import Action, FailurePolicy, judge
+from mlyard.server.control.judge import Action, FailurePolicy, SuccessPolicy, judge
 from mlyard.spec import JobSpec, JobStatus, RestartPolicy
 
 
@@ -15,6 +15,14 @@ class Replica:
     state: str
     exit_code: int | None = None
     reason: str | None = None
+
+    @property
+    def role(self) -> str:
+        return self.name.rpartition("-")[0]
+
+    @property
+    def index(self) -> int:
+        return int(self.name.rpartition("-")[2])
 
 
 def spec(**fields) -> JobSpec:
@@ -63,3 +71,51 @@ def test_the_failure_policy_alone() -> None:
     assert policy.decide(0, "boom") == (JobStatus.RESTARTING, "boom; restart 1 of 1")
     assert policy.decide(1, "boom") == (JobStatus.FAILED, "boom; no restarts left (1 used)")
     assert FailurePolicy(RestartPolicy()).decide(0, "boom") == (JobStatus.FAILED, "boom")
+
+
+def ps_job(**fields) -> dict:
+    return {"framework": "tensorflow", "roles": [{"name": "chief"}, {"name": "worker", "replicas": 2}, {"name": "ps"}],
+            **fields}
+
+
+PS_RUNNING = [Replica("chief-0", 0, "running"), Replica("worker-0", 1, "running"), Replica("worker-1", 2, "running"),
+              Replica("ps-0", 3, "running")]
+
+
+def test_success_policies_wait_for_their_own_replicas_only() -> None:
+    chief_done = [Replica("chief-0", 0, "exited", 0), *PS_RUNNING[1:]]
+    assert SuccessPolicy("chief").decide(chief_done)
+    assert not SuccessPolicy("all").decide(chief_done)
+    assert not SuccessPolicy("worker-0").decide(chief_done)
+    worker_done = [PS_RUNNING[0], Replica("worker-0", 1, "exited", 0), *PS_RUNNING[2:]]
+    assert SuccessPolicy("worker-0").decide(worker_done) and not SuccessPolicy("chief").decide(worker_done)
+    assert not SuccessPolicy("chief").decide([Replica("chief-0", 0, "exited", 1)]), "a failed chief is no success"
+    assert not SuccessPolicy("chief").decide([Replica("worker-0", 0, "exited", 0)]), "no chief: never met"
+    assert SuccessPolicy("chief").decide([Replica("master-0", 0, "exited", 0), Replica("worker-0", 1, "running")])
+
+
+def test_a_tensorflow_job_whose_chief_finished_stops_the_rest_and_succeeds() -> None:
+    chief_done = [Replica("chief-0", 0, "exited", 0), *PS_RUNNING[1:]]
+    stop = verdict(chief_done, **ps_job())
+    assert (stop.action, stop.outcome) == (Action.STOP, JobStatus.SUCCEEDED)
+    assert "chief-0 exited 0" in stop.reason
+    assert verdict(chief_done, **ps_job(success_policy="all")).action is Action.CONTINUE
+
+
+def test_peers_failing_after_the_chief_finished_do_not_count_but_a_failed_chief_does() -> None:
+    after = [Replica("chief-0", 0, "exited", 0), Replica("worker-0", 1, "exited", 1), *PS_RUNNING[2:]]
+    assert verdict(after, **ps_job()).outcome is JobStatus.SUCCEEDED
+    failed_chief = [Replica("chief-0", 0, "exited", 2), *PS_RUNNING[1:]]
+    assert verdict(failed_chief, **ps_job()).outcome is JobStatus.FAILED
+    worker_failed_first = [PS_RUNNING[0], Replica("worker-0", 1, "exited", 1), *PS_RUNNING[2:]]
+    assert verdict(worker_failed_first, **ps_job()).outcome is JobStatus.FAILED
+
+
+def test_default_success_policies_follow_kubeflow() -> None:
+    assert JobSpec.model_validate({"name": "j", "command": "x", **ps_job()}).effective_success_policy == "chief"
+    tf_workers = {"name": "j", "command": "x", "framework": "tensorflow", "roles": [{"name": "worker", "replicas": 2}]}
+    assert JobSpec.model_validate(tf_workers).effective_success_policy == "worker-0"
+    assert JobSpec.model_validate({**tf_workers, "framework": "pytorch"}).effective_success_policy == "all"
+    worker_zero = [Replica("worker-0", 0, "exited", 0), Replica("worker-1", 1, "running")]
+    assert verdict(worker_zero, framework="tensorflow").outcome is JobStatus.SUCCEEDED
+    assert verdict(worker_zero).action is Action.CONTINUE

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from mlyard.runtime.launch_config import EXIT_FILE, OUTPUT_LOG, LaunchConfig, read_json, write_launch_config
 from mlyard.runtime.launcher import Launcher
+from mlyard.runtime.processes import copies_to_start
 
 PEER_WAIT_SECONDS = 300.0
 _FOLLOW_INTERVAL = 0.5
@@ -109,7 +110,17 @@ def prepare(directory: Path, command: list[str], snapshot: Path | None, max_log_
     fresh_directory(directory)
     # No variables of its own (the pod's environment is the replica's), no CPU pinning (the
     # kubelet's CPU manager places the container) and no memory cgroup (the pod's limit is it).
-    write_launch_config(directory, LaunchConfig(command=tuple(command), snapshot=snapshot, max_log_bytes=max_log_bytes))
+    # The role's processes per replica are the pod's LOCAL_WORLD_SIZE.
+    processes = copies_to_start(command, _positive(os.environ.get("LOCAL_WORLD_SIZE")))
+    write_launch_config(directory, LaunchConfig(command=tuple(command), snapshot=snapshot, max_log_bytes=max_log_bytes,
+                                                processes=processes))
+
+
+def _positive(value: str | None) -> int:
+    try:
+        return max(1, int(value or "1"))
+    except ValueError:
+        return 1
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -205,15 +205,10 @@ def _virtualenv(replica: ReplicaLaunch) -> PurePosixPath | None:
 
 def pod_environment(launch: AttemptLaunch, replica: ReplicaLaunch) -> list[dict[str, Any]]:
     """The replica's environment as the local backend gives it, sorted by name, with what a
-    pod sees differently: its GPUs from 0, itself alone on its machine, the token by reference."""
+    pod sees differently: its GPUs numbered from 0, the token and secrets by reference."""
     environment = {name: value for name, value in replica.env.items() if name not in replica.secret_names}
     environment.pop(TOKEN_VARIABLE, None)
-    environment.update(
-        LOCAL_RANK="0",
-        LOCAL_WORLD_SIZE="1",
-        GROUP_RANK=str(replica.rank),
-        CUDA_VISIBLE_DEVICES=",".join(str(gpu) for gpu in range(len(replica.gpu_ids))),
-    )
+    environment["CUDA_VISIBLE_DEVICES"] = ",".join(str(gpu) for gpu in range(len(replica.gpu_ids)))
     if not replica.gpu_ids:
         # Images built on CUDA's set NVIDIA_VISIBLE_DEVICES=all: a pod without GPUs must see none.
         environment["NVIDIA_VISIBLE_DEVICES"] = "void"

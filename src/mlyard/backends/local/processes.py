@@ -64,6 +64,7 @@ from mlyard.runtime.launch_config import (
     write_launch_config,
 )
 from mlyard.runtime.launcher import DEFAULT_MAX_LOG_BYTES
+from mlyard.runtime.processes import copies_to_start
 
 log = logging.getLogger(__name__)
 NODE_ADDRESS = "127.0.0.1"
@@ -200,6 +201,7 @@ class LocalBackend(Backend):
             keep=(str(replica.directory / CODE_DIRECTORY), *map(str, launch.private_directories))
             if self.hide_home is not None else (),
             keep_read_only=self._virtualenv_of(replica),
+            processes=copies_to_start(replica.command, replica.processes),
         )
         return ProcessPlan(replica=replica, argv=(sys.executable, "-m", LAUNCHER_MODULE, str(replica.directory)),
                            config=config)

@@ -381,6 +381,7 @@ class Controller:
                       addresses: dict[str, str], replica_ports: list[int]) -> tuple[list[ReplicaRow], list[ReplicaSlot]]:
         """One row per placement, ranks in placement order, and each replica's rendezvous slot."""
         slots, rows = [], []
+        roles = {role.name: role for role in self.database.specs.of(job).roles}
         for rank, placement in enumerate(decision.placements):
             name = f"{placement.role}-{placement.index}"
             row = ReplicaRow(
@@ -397,6 +398,7 @@ class Controller:
                                                      addresses[placement.node]),
                 port=replica_ports[rank],
                 cpu_count=len(placement.cpu_ids), gpu_ids=tuple(placement.gpu_ids),
+                processes=roles[placement.role].processes,
             ))
         session.flush()
         return rows, slots

@@ -4,6 +4,8 @@ spec, what it knows of the replicas and the time, and carries the verdict out.
 
 `FailurePolicy.decide` is the restart rule alone: a failed attempt restarts the whole gang
 while restarts are left (ranks cannot rejoin a broken collective), and fails the job after.
+`SuccessPolicy.decide` says when an attempt has succeeded although replicas still run: the
+chief of a TensorFlow parameter-server job finishes while its ps and workers serve forever.
 """
 
 from __future__ import annotations
@@ -13,13 +15,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from mlyard.spec import JobSpec, JobStatus, RestartPolicy
+from mlyard.spec import CHIEF_ROLES, JobSpec, JobStatus, RestartPolicy, SuccessPolicy as SuccessPolicyName
 
 
 class ReplicaFacts(Protocol):
     """What a verdict reads of a replica (a `ReplicaRow` has it)."""
 
     name: str
+    role: str
+    index: int
     rank: int
     state: str
     exit_code: int | None
@@ -58,6 +62,32 @@ class FailurePolicy:
         return JobStatus.FAILED, f"{reason}; no restarts left ({limit} used)" if limit else reason
 
 
+@dataclass(frozen=True)
+class SuccessPolicy:
+    """`all`: every replica exited 0. `chief`: the replicas of role `chief` (or `master`) did.
+    `worker-0`: replica 0 of role `worker` did. Whatever else still runs is then stopped and its
+    exit code does not count."""
+
+    name: SuccessPolicyName
+
+    def deciding(self, replica: ReplicaFacts) -> bool:
+        """Whether the replica is one the policy waits for."""
+        if self.name == "chief":
+            return replica.role in CHIEF_ROLES
+        if self.name == "worker-0":
+            return replica.role == "worker" and replica.index == 0
+        return True
+
+    def decide(self, replicas: Sequence[ReplicaFacts]) -> bool:
+        """True once every replica the policy waits for has exited 0."""
+        deciding = [replica for replica in replicas if self.deciding(replica)]
+        return bool(deciding) and all(r.state == "exited" and r.exit_code == 0 for r in deciding)
+
+    def reason(self, replicas: Sequence[ReplicaFacts]) -> str:
+        names = ", ".join(replica.name for replica in replicas if self.deciding(replica))
+        return f"succeeded ({names} exited 0, success_policy {self.name}); stopping the other replicas"
+
+
 def failed_replica(replicas: Sequence[ReplicaFacts]) -> ReplicaFacts | None:
     return next((r for r in replicas if r.state == "lost" or (r.state == "exited" and r.exit_code != 0)), None)
 
@@ -73,9 +103,16 @@ def failure_reason(replica: ReplicaFacts) -> str:
 
 def judge(*, spec: JobSpec, replicas: Sequence[ReplicaFacts], cancel_requested: bool, restarts_so_far: int,
           launched_at: float, now: float) -> Verdict:
-    """In order: a cancellation, a failed or lost replica, a passed `max_runtime`, all gone."""
+    """In order: a cancellation, the success policy met, a failed or lost replica, a passed
+    `max_runtime`, all gone. A met policy comes before failures: replicas that fail once the
+    chief has finished (their peer is gone) do not count."""
     if cancel_requested:
         return Verdict(Action.STOP, JobStatus.CANCELLED, "cancelled by request")
+    success = SuccessPolicy(spec.effective_success_policy)
+    if success.name != "all" and success.decide(replicas):
+        if all(replica.state in ("exited", "lost") for replica in replicas):
+            return Verdict(Action.SUCCEED)
+        return Verdict(Action.STOP, JobStatus.SUCCEEDED, success.reason(replicas))
     failed = failed_replica(replicas)
     if failed is not None:
         outcome, reason = FailurePolicy(spec.restart_policy).decide(restarts_so_far, failure_reason(failed))

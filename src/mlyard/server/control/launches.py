@@ -69,7 +69,7 @@ def attempt_launch(job: JobRow, attempt: AttemptRow, spec: JobSpec, rows: Sequen
                 command=tuple(spec.command_for(roles[row.role])), env=environment,
                 directory=paths.replica_directory(job.id, attempt.number, row.name),
                 snapshot=blobs.path_for(job.snapshot) if job.snapshot else None,
-                image=image, secret_names=secret_names,
+                image=image, secret_names=secret_names, processes=roles[row.role].processes,
             )
             for row, environment in zip(rows, environments, strict=True)
         ),

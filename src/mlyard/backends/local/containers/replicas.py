@@ -58,6 +58,7 @@ from mlyard.runtime.launch_config import (
     write_json_atomically,
 )
 from mlyard.runtime.launcher import DEFAULT_MAX_LOG_BYTES, format_bytes
+from mlyard.runtime.processes import in_processes
 
 log = logging.getLogger(__name__)
 _SIGNALS = {False: "SIGTERM", True: "SIGKILL"}
@@ -130,7 +131,8 @@ class ContainerReplicas:
         identity = identity or ContainerIdentity(*NOBODY)
         arguments = render_replica(
             image=replica.image or "", job_id=launch.job_id, attempt=launch.attempt, replica=replica.name,
-            directory=replica.directory, code=replica.directory / CODE_DIRECTORY, command=replica.command,
+            directory=replica.directory, code=replica.directory / CODE_DIRECTORY,
+            command=in_processes(replica.command, replica.processes),
             env=replica.env, cpu_ids=replica.cpu_ids, gpu_ids=replica.gpu_ids, memory_bytes=replica.memory_bytes,
             private_directories=launch.private_directories, identity=identity,
             share_pids=len(launch.replicas) > 1 and runs_torchrun(replica.command),

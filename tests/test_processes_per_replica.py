@@ -1,0 +1,72 @@
+"""Processes per replica: which commands the launcher fans out, the ranks each copy gets, and
+one exit code for the replica (the launcher as a real process, and the shell of containers)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from test_launcher import run_launcher, write_config
+
+from mlyard.runtime.launch_config import EXIT_FILE, OUTPUT_LOG
+from mlyard.runtime.processes import copies_to_start, in_processes, process_environment, starts_own_workers
+
+PRINT_RANKS = [sys.executable, "-c", "import os; print('rank', os.environ['RANK'], 'local', os.environ['LOCAL_RANK'])"]
+
+
+@pytest.mark.parametrize("command", [
+    ["torchrun", "--nproc-per-node=2", "train.py"],
+    ["/opt/venv/bin/torchrun", "train.py"],
+    ["python", "-m", "torch.distributed.run", "train.py"],
+    ["accelerate", "launch", "--cpu", "train.py"],
+    ["/bin/sh", "-c", "cd src && torchrun train.py --lr 0.1"],
+])
+def test_commands_that_start_their_own_workers_are_started_once(command: list[str]) -> None:
+    assert starts_own_workers(command)
+    assert copies_to_start(command, 8) == 1
+
+
+@pytest.mark.parametrize("command", [["python", "train.py"], ["/bin/sh", "-c", "python train.py --name torchrunner"]])
+def test_a_plain_command_is_started_once_per_process(command: list[str]) -> None:
+    assert not starts_own_workers(command)
+    assert copies_to_start(command, 4) == 4
+    assert copies_to_start(command, 1) == 1
+
+
+def test_each_copy_ranks_after_the_replicas_first_rank() -> None:
+    base = {"RANK": "6", "LOCAL_RANK": "0", "WORLD_SIZE": "12"}
+    assert [process_environment(base, local)["RANK"] for local in range(3)] == ["6", "7", "8"]
+    assert process_environment(base, 2)["LOCAL_RANK"] == "2"
+    assert process_environment(base, 2)["WORLD_SIZE"] == "12"
+
+
+def test_the_launcher_starts_each_copy_with_its_rank_and_prefixes_its_lines(tmp_path: Path) -> None:
+    directory = write_config(tmp_path / "replica", PRINT_RANKS, env={"RANK": "2", "LOCAL_RANK": "0"}, processes=2)
+    run_launcher(directory)
+    lines = (directory / OUTPUT_LOG).read_text().splitlines()
+    assert sorted(lines) == ["[rank 2] rank 2 local 0", "[rank 3] rank 3 local 1"]
+    assert json.loads((directory / EXIT_FILE).read_text())["exit_code"] == 0
+
+
+def test_the_first_failing_copy_gives_the_replica_its_exit_code_and_stops_the_others(tmp_path: Path) -> None:
+    script = "import os, sys, time\nif os.environ['LOCAL_RANK'] == '1': sys.exit(3)\ntime.sleep(60)"
+    directory = write_config(tmp_path / "replica", [sys.executable, "-c", script], env={"RANK": "0"}, processes=3)
+    began = time.monotonic()
+    run_launcher(directory, timeout=30)
+    assert json.loads((directory / EXIT_FILE).read_text())["exit_code"] == 3
+    assert time.monotonic() - began < 20, "the sleeping copies were stopped, not waited out"
+
+
+def test_the_containers_shell_starts_the_copies_and_reports_the_first_failure() -> None:
+    command = in_processes([sys.executable, "-c", "import os; print(os.environ['RANK'], os.environ['LOCAL_RANK'])"], 3)
+    result = subprocess.run(command, env={**os.environ, "RANK": "3"}, capture_output=True, text=True, timeout=30)
+    assert result.returncode == 0
+    assert sorted(result.stdout.split("\n")[:-1]) == ["3 0", "4 1", "5 2"]
+    failing = in_processes([sys.executable, "-c", "import os, sys; sys.exit(int(os.environ['LOCAL_RANK']) * 2)"], 3)
+    assert subprocess.run(failing, env={**os.environ, "RANK": "0"}, timeout=30).returncode == 2
+    assert in_processes(["torchrun", "train.py"], 4) == ("torchrun", "train.py")
