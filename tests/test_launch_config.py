@@ -41,6 +41,8 @@ FULL_CONFIG = LaunchConfig(
     keep=("/home/mlyard/runs/7/1/worker-1/code", "/home/mlyard/checkpoints/7"),
     keep_read_only=("/home/mlyard/environments/abc",),
     processes=4,
+    cpu_quota_millicores=250,
+    cpu_cgroup_parent=Path("/sys/fs/cgroup/cpu/mlyard"),
 )
 
 
@@ -50,8 +52,9 @@ def test_a_launch_config_reads_back_as_written_privately_under_its_keys(tmp_path
     assert read_launch_config(tmp_path) == FULL_CONFIG
     assert path.stat().st_mode & 0o777 == 0o600  # it holds the job's API token
     assert sorted(json.loads(path.read_text())) == [
-        "cgroup_name", "command", "cpu_ids", "env", "hide_home", "keep", "keep_read_only", "max_log_bytes",
-        "memory_bytes", "memory_cgroup_parent", "prepend_path", "processes", "run_as", "snapshot"]
+        "cgroup_name", "command", "cpu_cgroup_parent", "cpu_ids", "cpu_quota_millicores", "env", "hide_home", "keep",
+        "keep_read_only", "max_log_bytes", "memory_bytes", "memory_cgroup_parent", "prepend_path", "processes",
+        "run_as", "snapshot"]
     assert [entry.name for entry in tmp_path.iterdir()] == [LAUNCH_CONFIG], "no temporary file is left"
 
     write_launch_config(tmp_path, LaunchConfig(command=("true",)))  # replaced whole
@@ -63,6 +66,13 @@ def test_a_launch_config_needs_only_its_command() -> None:
     assert LaunchConfig.from_data(FULL_CONFIG.as_data()) == FULL_CONFIG
 
 
+def test_a_launch_config_written_before_cpu_quotas_reads_as_having_none() -> None:
+    older = {key: value for key, value in FULL_CONFIG.as_data().items() if not key.startswith(("cpu_quota", "cpu_cgroup"))}
+    config = LaunchConfig.from_data(older)
+    assert (config.cpu_quota_millicores, config.cpu_cgroup_parent) == (None, None)
+    assert config.cpu_ids == FULL_CONFIG.cpu_ids
+
+
 @pytest.mark.parametrize(("data", "message"), [
     ({"command": ["true"], "cpus": [0]}, "unknown key 'cpus'"),
     ({"env": {}}, "missing key 'command'"),
@@ -70,6 +80,7 @@ def test_a_launch_config_needs_only_its_command() -> None:
     ({"command": "true"}, "'command' must be a non-empty list of strings"),
     ({"command": ["true"], "cpu_ids": ["0"]}, "'cpu_ids' must be a list of integers"),
     ({"command": ["true"], "memory_bytes": "1Gi"}, "'memory_bytes' must be an integer or null"),
+    ({"command": ["true"], "cpu_quota_millicores": 0.25}, "'cpu_quota_millicores' must be an integer or null"),
     ({"command": ["true"], "env": {"RANK": 1}}, "'env' must map names to strings"),
     ({"command": ["true"], "run_as": {"name": "x", "uid": 1}}, "'run_as' must be null or an object"),
     (["true"], "expected a JSON object, not list"),

@@ -410,6 +410,51 @@ def test_memory_cgroup_is_removed_even_when_the_command_leaves_processes_behind(
     assert not limited_replica.cgroup.exists(), "the replica's cgroup was left behind"
 
 
+# --------------------------------------------------------------------------- CPU quota of a share of a core
+
+BUSY_LOOP = (
+    "import os, time\n"
+    "start, begun = time.monotonic(), os.times()\n"
+    "while time.monotonic() - start < 2.0:\n"
+    "    pass\n"
+    "ended = os.times()\n"
+    "used = ended.user + ended.system - begun.user - begun.system\n"
+    "print(f'{used / (time.monotonic() - start):.3f}')\n"
+    "print(open('/proc/self/cgroup').read(), end='')\n"
+)
+
+
+@pytest.fixture
+def cpu_parent() -> Path:
+    parent, reason = cgroups.detect_cpu_parent()
+    if parent is None:
+        pytest.skip(reason or "no CPU cgroup parent")
+    return parent
+
+
+def test_a_busy_loop_under_a_quarter_core_quota_uses_about_a_quarter_of_a_core(
+    tmp_path: Path, cpu_parent: Path
+) -> None:
+    name = f"test-launcher-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    directory = write_config(tmp_path / "quarter", [PYTHON, "-c", BUSY_LOOP], cpu_ids=[0],
+                             cpu_quota_millicores=250, cpu_cgroup_parent=str(cpu_parent), cgroup_name=name)
+    try:
+        launcher_errors = run_launcher(directory, timeout=30).stderr
+    finally:
+        if (cpu_parent / name).exists():
+            cgroups.remove_cgroup(cpu_parent / name)
+    assert "CPU quota not enforced" not in launcher_errors
+    assert read_json(directory / EXIT_FILE)["exit_code"] == 0, output_of(directory)
+    share, *cgroup_lines = output_of(directory).splitlines()
+    # Unlimited, the loop takes a whole core (less only on a busy machine); the quota holds it
+    # near a quarter. Loose bounds: the machine may be busy, and the first period is free.
+    assert 0.05 <= float(share) <= 0.4, f"the busy loop used {share} of a core"
+    cpu_lines = [line for line in cgroup_lines if "cpu" in line.split(":")[1].split(",")]
+    if cpu_lines:  # cgroup v1: the command ran in the replica's own CPU cgroup
+        assert cpu_lines[0].endswith(f"/{name}")
+    assert not (cpu_parent / name).exists(), "the replica's CPU cgroup was left behind"
+
+
 def test_processes_that_leave_the_commands_session_are_killed_when_it_ends(tmp_path: Path) -> None:
     pid_file = tmp_path / "escaped.pid"
     directory = write_config(tmp_path / "escape", ["/bin/sh", "-c", f"setsid sleep 300 & echo $! > {pid_file}; sleep 0.5"])

@@ -114,10 +114,11 @@ class Launches:
                 started = replica.directory / STARTED_FILE
                 if started.exists():
                     self._kill_group(json.loads(started.read_text())["pid"])
-                if backend.memory_parent is not None:
-                    cgroup = backend.memory_parent / cgroup_name(attempt.job_id, attempt.attempt, replica.name)
-                    if cgroup.is_dir():
-                        cgroups.remove_cgroup(cgroup)
+                for parent in (backend.memory_parent, backend.cpu_parent):
+                    if parent is not None:
+                        cgroup = parent / cgroup_name(attempt.job_id, attempt.attempt, replica.name)
+                        if cgroup.is_dir():
+                            cgroups.remove_cgroup(cgroup)
             for child in backend._children.values():
                 try:
                     child.wait(timeout=5)

@@ -61,11 +61,11 @@ def test_nodes_reports_the_cpus_memory_and_notes() -> None:
     assert isinstance(node.notes, tuple)
     assert all(isinstance(note, str) and note for note in node.notes)
     parent, reason = cgroups.detect_memory_parent()
-    if parent is None:
-        assert node.notes == (reason,)
-    else:
-        assert node.notes == ()
-        assert backend.memory_parent == parent
+    cpu_parent, cpu_reason = cgroups.detect_cpu_parent()
+    assert node.notes == tuple(note for note in (reason, cpu_reason) if note)
+    assert backend.memory_parent == parent and backend.cpu_parent == cpu_parent
+    if cpu_parent is None:  # `mlyard nodes` says a share of a core is not capped here
+        assert cpu_reason.startswith("fractional CPUs share cores but are not capped: ")
 
 
 def test_cpu_count_and_memory_can_be_limited() -> None:

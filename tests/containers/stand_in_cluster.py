@@ -31,6 +31,13 @@ NODE = "stand-in-node"
 LABEL = "mlyard.test.stand-in-pod"
 
 
+def _nano_cpus(quantity: str) -> int:
+    """A Kubernetes CPU quantity ("2", "250m") in billionths of a CPU."""
+    if quantity.endswith("m"):
+        return int(quantity[:-1]) * 1_000_000
+    return int(float(quantity) * 1e9)
+
+
 def container_arguments(pod: dict[str, Any], secrets: dict[str, dict[str, str]], shared: Path) -> dict[str, Any]:
     """`containers.create` arguments for the pod's one container: its command, environment (the
     Secret's values put in), user and group, capabilities, privilege escalation, limits, the
@@ -70,7 +77,7 @@ def container_arguments(pod: dict[str, Any], secrets: dict[str, dict[str, str]],
         "security_opt": [] if security.get("allowPrivilegeEscalation", True) else ["no-new-privileges"],
         "privileged": bool(security.get("privileged")),
         "mem_limit": int(limits["memory"]) if "memory" in limits else None,
-        "nano_cpus": int(float(limits["cpu"]) * 1e9) if "cpu" in limits else None,
+        "nano_cpus": _nano_cpus(limits["cpu"]) if "cpu" in limits else None,
         "volumes": binds, "tmpfs": tmpfs, "network_mode": "host",
         # The cluster's DNS, as far as a pod needs it: its peers' names, and the API's.
         "extra_hosts": {host: "127.0.0.1" for host in [*peers(environment), api_host] if host},

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -76,6 +77,13 @@ def test_a_replica_runs_unprivileged_as_nobody_without_capabilities(tmp_path: Pa
     assert arguments["cap_drop"] == ["ALL"] and "cap_add" not in arguments
     assert arguments["security_opt"] == ["no-new-privileges"]
     assert arguments["environment"]["HOME"] == "/tmp"  # nobody has no home of its own
+
+
+def test_a_replica_below_one_core_gets_its_share_of_its_core(tmp_path: Path) -> None:
+    quarter = dataclasses.replace(replica(tmp_path), cpu_ids=(0,), cpu_millicores=250)
+    [plan] = backend().dryrun(attempt(tmp_path, quarter))
+    assert plan["container"]["cpuset_cpus"] == "0"
+    assert plan["container"]["nano_cpus"] == 250_000_000
 
 
 def test_with_job_accounts_a_replica_runs_as_the_jobs_account(tmp_path: Path) -> None:

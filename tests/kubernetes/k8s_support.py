@@ -75,25 +75,26 @@ def attempt(spec: JobSpec, placements: Sequence[Placement], *, renderer: Kuberne
     free = {node: iter(renderer.reserve_ports(node, count)) for node, count in wanted.items()}
     master_port = next(free[placements[0].node])
     slots = []
+    roles = {role.name: role for role in spec.roles}
     for rank, placement in enumerate(placements):
         name = f"{placement.role}-{placement.index}"
         slots.append(ReplicaSlot(
             role=placement.role, index=placement.index, rank=rank, node=placement.node,
             address=renderer.replica_address(job_id, attempt_number, name, placement.node, "10.0.0.1"),
             port=next(free[placement.node]), cpu_count=placement.cpus, gpu_ids=placement.gpus,
+            processes=roles[placement.role].processes,
         ))
     context = JobContext(job_id=job_id, attempt=attempt_number, api_url="http://mlyard.mlyard.svc:8642",
                          token="test-token-not-secret", checkpoint_directory=str(private[0]),
                          master_port=master_port, tensorboard_directory=str(private[1]))
     environments = replica_environments(spec, slots, context)
-    roles = {role.name: role for role in spec.roles}
     return AttemptLaunch(job_id=job_id, attempt=attempt_number, private_directories=private, replicas=tuple(
         ReplicaLaunch(
             replica_id=1000 + rank, name=f"{slot.role}-{slot.index}", rank=rank, node=slot.node,
             cpu_ids=tuple(range(placement.cpus)), gpu_ids=placement.gpus, memory_bytes=placement.memory_bytes,
             command=tuple(spec.command_for(roles[slot.role])), env=environment,
             directory=home / "runs" / str(job_id) / str(attempt_number) / f"{slot.role}-{slot.index}",
-            snapshot=snapshot, image=image,
+            snapshot=snapshot, image=image, processes=roles[slot.role].processes,
         )
         for rank, (slot, placement, environment) in enumerate(zip(slots, placements, environments, strict=True))
     ))

@@ -187,6 +187,16 @@ def test_gpu_job_requests_its_gpus_and_sees_them_from_zero():
     assert pod["spec"]["serviceAccountName"] == "mlyard-jobs"
 
 
+def test_a_replica_below_one_core_requests_and_is_limited_to_its_share():
+    renderer, launch = one_replica()
+    quarter = replace(launch.replicas[0], cpu_ids=(0,), cpu_millicores=250)
+    launch = replace(launch, replicas=(quarter,))
+    pod = renderer.dryrun(launch)[2]
+    resources = pod["spec"]["containers"][0]["resources"]
+    assert resources["requests"]["cpu"] == resources["limits"]["cpu"] == "250m"
+    validate(pod)
+
+
 def test_cpu_job_sees_no_gpu_and_is_placed_by_node_affinity():
     renderer, launch = one_replica()
     pod = renderer.dryrun(launch)[2]

@@ -1,10 +1,12 @@
 """Process-tree figures from real processes: a busy loop shows a core, a sleeping process next
 to nothing, a tree counts its descendants (also those that left for a session of their own),
-and a pid that is no longer the recorded process is left out."""
+and a pid that is no longer the recorded process is left out; a tree's TCP connections are its
+descendants' too."""
 
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -15,6 +17,7 @@ import pytest
 from conftest import favour
 
 from mlyard.monitor import ProcessTrees, Root, Sampler
+from mlyard.monitor.processes import tree_connections
 
 BUSY = "while True: pass"
 IDLE = "import time; time.sleep(600)"
@@ -137,3 +140,24 @@ def test_sampling_costs_little(spawn) -> None:
         sampler.close()
     assert per_sample < 0.05, f"{per_sample * 1000:.1f} ms of CPU per sample"
     assert os.getpid() not in roots
+
+
+def test_a_trees_connections_include_its_descendants_and_a_stranger_has_none(spawn) -> None:
+    def reaches(connections: list | None, port: int) -> bool:
+        return any(c.status == psutil.CONN_ESTABLISHED and c.raddr and c.raddr[1] == port for c in connections or [])
+
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        port = listener.getsockname()[1]
+        # The connection is the grandchild's, in a session of its own, as a torchrun worker's would be.
+        parent = spawn("import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', "
+                       f"'import socket, time; s = socket.create_connection((\"127.0.0.1\", {port})); "
+                       "time.sleep(600)'], start_new_session=True); time.sleep(600)")
+        accepted, _ = listener.accept()
+        with accepted:
+            found = tree_connections(Root(parent.pid))
+            assert found is not None and reaches(found, port), found
+            assert tree_connections(Root(spawn(IDLE).pid)) == []
+            started = psutil.Process(parent.pid).create_time()
+            assert tree_connections(Root(parent.pid, started_at=started - 60)) is None  # a reused pid

@@ -39,3 +39,27 @@ def running_job(job_id: int, node: str, cpu_ids: Iterable[int] = (0,), gpu_ids: 
     """A job whose one replica, worker 0, holds those cores and GPUs of `node`, and 1 GiB."""
     placement = ReplicaPlacement("worker", 0, node, tuple(cpu_ids), tuple(gpu_ids), GIB)
     return RunningJob(job_id, (placement,), **fields)
+
+
+def cores_opened(rooms: Iterable[int], shares: Iterable[int]) -> int:
+    """The scheduler's model of shared cores, written out independently: wholly free cores that
+    join cores in sharing mode (with ``rooms`` millicores left) to hold ``shares``, packed
+    biggest first, each onto the tightest core that holds it."""
+    left = sorted(room for room in rooms if room)
+    opened = 0
+    for share in sorted(shares, reverse=True):
+        fitting = [room for room in left if room >= share]
+        if fitting:
+            left.remove(min(fitting))
+            left.append(min(fitting) - share)
+        else:
+            opened += 1
+            left.append(1000 - share)
+    return opened
+
+
+def cpu_fits(whole_free: int, rooms: Iterable[int], replicas: Iterable[ReplicaRequest]) -> bool:
+    """Whether ``replicas`` fit a node's CPUs together: whole cores of their own, and shares."""
+    replicas = list(replicas)
+    whole = sum(replica.cores for replica in replicas)
+    return whole + cores_opened(rooms, [r.millicores for r in replicas if r.millicores]) <= whole_free

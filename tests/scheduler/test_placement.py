@@ -6,7 +6,7 @@ import itertools
 import random
 
 import pytest
-from factories import GIB, node, workers
+from factories import GIB, cpu_fits, node, workers
 
 from mlyard.scheduler import (
     ClusterSnapshot,
@@ -26,18 +26,25 @@ def assert_valid(nodes: list[Node], replicas, placements) -> None:
     assert len(placements) == len(replicas)
     used: set[tuple[str, str, int]] = set()
     memory: dict[str, int] = {}
+    shared: dict[tuple[str, int], int] = {}  # (node, core) -> millicores handed out of it
     for replica, placement in zip(replicas, placements, strict=False):
         assert (placement.role, placement.index) == (replica.role, replica.index)
         target = by_name[placement.node]
-        assert len(placement.cpu_ids) == replica.cores
+        assert placement.cpu_millicores == replica.millicores
+        assert len(placement.cpu_ids) == (1 if replica.millicores else replica.cores)
         assert len(placement.gpu_ids) == replica.gpu
         assert placement.memory_bytes == replica.memory_bytes
         assert set(placement.cpu_ids) <= set(target.cpu_ids)
         assert set(placement.gpu_ids) <= set(target.gpu_ids)
-        for kind, ids in (("cpu", placement.cpu_ids), ("gpu", placement.gpu_ids)):
+        if replica.millicores:
+            (core,) = placement.cpu_ids
+            assert (target.name, "cpu", core) not in used  # never a share of a whole core
+            shared[(target.name, core)] = shared.get((target.name, core), 0) + replica.millicores
+            assert shared[(target.name, core)] <= 1000
+        for kind, ids in (("cpu", () if replica.millicores else placement.cpu_ids), ("gpu", placement.gpu_ids)):
             for resource_id in ids:
                 key = (target.name, kind, resource_id)
-                assert key not in used
+                assert key not in used and (kind == "gpu" or (target.name, resource_id) not in shared)
                 used.add(key)
         memory[target.name] = memory.get(target.name, 0) + placement.memory_bytes
     for name, total in memory.items():
@@ -55,12 +62,45 @@ def test_gang_that_fits_gets_distinct_lowest_cores_in_replica_order():
 
 
 def test_fractional_cpu_rounds_up_to_whole_cores():
-    replicas = workers(2, cpu=1.5) + [ReplicaRequest("ps", 0, 0.1 * 3, GIB)]
+    replicas = workers(2, cpu=1.5) + [ReplicaRequest("ps", 0, 1.1 * 3, GIB)]
     placements = place_gang(FreeResources.from_nodes([node("a", 8)]), replicas)
     assert placements is not None
-    assert [len(p.cpu_ids) for p in placements] == [2, 2, 1]
-    # 2 + 2 + 1 = 5 cores; with only 4 cores the gang must not fit.
-    assert place_gang(FreeResources.from_nodes([node("a", 4)]), replicas) is None
+    assert [len(p.cpu_ids) for p in placements] == [2, 2, 4]
+    assert {p.cpu_millicores for p in placements} == {0}
+    # 2 + 2 + 4 = 8 cores; with only 7 cores the gang must not fit.
+    assert place_gang(FreeResources.from_nodes([node("a", 7)]), replicas) is None
+
+
+def test_requests_below_one_core_share_a_core_and_whole_ones_never_do():
+    replicas = workers(4, cpu=0.25) + [ReplicaRequest("ps", 0, 0.1 * 3, GIB), ReplicaRequest("chief", 0, 1, GIB)]
+    free = FreeResources.from_nodes([node("a", 3)])
+    placements = place_gang(free, replicas)
+    assert placements is not None
+    # Whole cores first, lowest first; shares biggest first, each onto the tightest core that holds it.
+    assert [(p.cpu_ids, p.cpu_millicores) for p in placements] == [
+        ((1,), 250), ((1,), 250), ((2,), 250), ((2,), 250), ((1,), 300), ((0,), 0)]
+    free.reserve(placements)
+    assert free.node("a").cpu_ids == [] and free.node("a").shared == {1: 200, 2: 500}
+    assert free.totals()[1] == 0
+    # What is left of cores 1 and 2 is for shares, never for a whole core.
+    assert place_gang(free, workers(1, cpu=1)) is None
+    more = place_gang(free, workers(2, cpu=0.2))
+    assert more is not None and [(p.cpu_ids, p.cpu_millicores) for p in more] == [((1,), 200), ((2,), 200)]
+    free.reserve(more)
+    assert place_gang(free, workers(1, cpu=0.35)) is None
+    with pytest.raises(ValueError, match="core 2 on a has no 350 millicores free"):
+        free.reserve([ReplicaPlacement("w", 9, "a", (2,), (), 0, 350)])
+    with pytest.raises(ValueError, match="core 0 on a has no 1 millicores free"):  # held whole
+        free.reserve([ReplicaPlacement("w", 9, "a", (0,), (), 0, 1)])
+    with pytest.raises(ValueError, match="core 1 on a is not free"):  # shared
+        free.reserve([ReplicaPlacement("w", 9, "a", (1,), (), 0)])
+    # The last share given back makes the core whole again.
+    free.release((placements[2], placements[3], more[1]))
+    assert free.node("a").cpu_ids == [2] and free.node("a").shared == {1: 0}
+    free.release(placements)  # shares already given back are not given back twice
+    assert free.node("a").cpu_ids == [0, 2] and free.node("a").shared == {1: 800}
+    free.release(more[:1])
+    assert free.node("a").cpu_ids == [0, 1, 2] and free.node("a").shared == {}
 
 
 def test_gpus_are_allocated_distinctly_and_counted():
@@ -161,14 +201,14 @@ def test_placement_is_deterministic_and_independent_of_node_order():
 
 def _brute_force_fits(nodes: list[Node], replicas: list[ReplicaRequest]) -> bool:
     for assignment in itertools.product(range(len(nodes)), repeat=len(replicas)):
-        load = [[0, 0, 0] for _ in nodes]
+        load = [[[], 0, 0] for _ in nodes]
         for replica, k in zip(replicas, assignment, strict=False):
-            load[k][0] += replica.cores
+            load[k][0].append(replica)
             load[k][1] += replica.gpu
             load[k][2] += replica.memory_bytes
         if all(
-            c <= len(n.cpu_ids) and g <= len(n.gpu_ids) and m <= n.memory_bytes
-            for (c, g, m), n in zip(load, nodes, strict=False)
+            cpu_fits(len(n.cpu_ids), (), on) and g <= len(n.gpu_ids) and m <= n.memory_bytes
+            for (on, g, m), n in zip(load, nodes, strict=False)
         ):
             return True
     return False
@@ -182,7 +222,7 @@ def test_random_gangs_are_valid_and_found_whenever_one_exists():
             for k in range(generator.randint(1, 3))
         ]
         replicas = [
-            ReplicaRequest("r", i, generator.choice([0.5, 1, 2, 2.5, 3]),
+            ReplicaRequest("r", i, generator.choice([0.3, 0.5, 0.75, 1, 2, 2.5, 3]),
                            generator.randint(1, 4) * GIB, generator.randint(0, 2))
             for i in range(generator.randint(1, 5))
         ]

@@ -20,7 +20,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field, replace
 
 import pytest
-from factories import GIB, node, running_job
+from factories import GIB, cpu_fits, node, running_job
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
@@ -86,7 +86,7 @@ def clusters(draw) -> tuple[Node, ...]:
 def shapes(draw) -> tuple[int, float, int, tuple[str, ...]]:
     """(gpus, cpu, memory bytes, accepted GPU models) of one replica."""
     gpu = draw(st.integers(0, 4))
-    cpu = draw(st.sampled_from((0, 0.5, 1, 1.5, 2, 3, 4)))
+    cpu = draw(st.sampled_from((0, 0.25, 0.5, 0.75, 1, 1.5, 2, 3, 4)))
     memory = draw(st.integers(0, 16)) * GIB // 2
     models = draw(st.sampled_from(((), (), ("A100",), ("H100",), MODELS))) if gpu else ()
     return gpu, cpu, memory, models
@@ -105,6 +105,11 @@ def gangs(draw, most: int = 4) -> tuple[ReplicaRequest, ...]:
         role, index = ("chief", 0) if i == 0 else ("worker", i - 1)
         replicas.append(ReplicaRequest(role, index, cpu, memory, gpu, models))
     return tuple(replicas)
+
+
+def constraints() -> st.SearchStrategy[tuple[bool, str | None]]:
+    """(same_node, same_topology) of a job: mostly none."""
+    return st.sampled_from(((False, None),) * 4 + ((True, None), (False, "rack"), (True, "rack")))
 
 
 @st.composite
@@ -136,6 +141,8 @@ class JobRecord:
     expected_duration: float | None
     min_replicas: int | None
     arrives: int = 0
+    same_node: bool = False
+    same_topology: str | None = None
 
 
 @dataclass
@@ -169,14 +176,17 @@ def worlds(draw, pending_most: int = 8, pending_least: int = 0) -> World:
         replicas = draw(gangs())
         min_replicas = draw(st.integers(1, len(replicas))) if draw(st.booleans()) else None
         current = len(replicas) if min_replicas is None else draw(st.integers(min_replicas, len(replicas)))
-        placements = place_gang(free, replicas[:current], topology_key=topology)
+        same_node, same_topology = draw(constraints())
+        placements = place_gang(free, replicas[:current], topology_key=topology, same_node=same_node,
+                                same_topology=same_topology)
         if placements is None:
             continue
         free.reserve(placements)
         submitted, max_runtime, expected = _times(draw, now)
         started = float(draw(st.integers(int(submitted), int(now))))
         record = JobRecord(job_id, replicas, draw(st.sampled_from(QUEUE_NAMES)), draw(st.integers(-2, 2)),
-                           draw(st.sampled_from(USERS)), submitted, max_runtime, expected, min_replicas)
+                           draw(st.sampled_from(USERS)), submitted, max_runtime, expected, min_replicas,
+                           same_node=same_node, same_topology=same_topology)
         records[job_id] = record
         running.append(RunningJob(
             job_id, placements, record.queue, record.priority, started, submitted, record.user,
@@ -184,6 +194,7 @@ def worlds(draw, pending_most: int = 8, pending_least: int = 0) -> World:
             max_runtime=max_runtime, expected_duration=expected,
             stopping=draw(st.integers(0, 4)) == 0, min_replicas=min_replicas,
             grow_replicas=replicas[current:] if min_replicas is not None else (),
+            same_node=same_node, same_topology=same_topology,
         ))
     pending = []
     for job_id in range(100, 100 + draw(st.integers(pending_least, pending_most))):
@@ -194,6 +205,7 @@ def worlds(draw, pending_most: int = 8, pending_least: int = 0) -> World:
         record = JobRecord(job_id, replicas, draw(st.sampled_from(QUEUE_NAMES)), draw(st.integers(-2, 2)),
                            draw(st.sampled_from(USERS)), submitted, max_runtime, expected, min_replicas,
                            arrives=draw(st.integers(0, ROUNDS - 1)))
+        record.same_node, record.same_topology = draw(constraints())
         records[job_id] = record
         queued_since = float(draw(st.integers(int(submitted), int(now)))) if attained_time else None
         pending.append(PendingJob(
@@ -201,6 +213,7 @@ def worlds(draw, pending_most: int = 8, pending_least: int = 0) -> World:
             attained_service=float(draw(st.integers(0, 60_000))) if attained_time else 0.0,
             attained_time=attained_time, queued_since=queued_since,
             max_runtime=max_runtime, expected_duration=expected, min_replicas=min_replicas,
+            same_node=record.same_node, same_topology=record.same_topology,
         ))
     return World(nodes, queues, now, running, pending, records)
 
@@ -217,8 +230,12 @@ def configs(draw, policy: str) -> SchedulerConfig:
 
 
 # ----------------------------------------------------------------- properties
+def cores_held(placement: ReplicaPlacement) -> float:
+    return placement.cpu_millicores / 1000 if placement.cpu_millicores else len(placement.cpu_ids)
+
+
 def held(placements) -> Amounts:
-    return Amounts(float(sum(len(p.gpu_ids) for p in placements)), float(sum(len(p.cpu_ids) for p in placements)),
+    return Amounts(float(sum(len(p.gpu_ids) for p in placements)), float(sum(cores_held(p) for p in placements)),
                    float(sum(p.memory_bytes for p in placements)))
 
 
@@ -234,7 +251,9 @@ def grown_placements(snapshot: ClusterSnapshot, decisions: Decisions) -> dict[in
 
 def assert_matches(replica: ReplicaRequest, placement: ReplicaPlacement, node: Node, owner: str) -> None:
     assert (placement.role, placement.index) == (replica.role, replica.index), f"{owner}: replicas out of order"
-    assert len(placement.cpu_ids) == len(set(placement.cpu_ids)) == replica.cores, f"{owner}: core count"
+    assert placement.cpu_millicores == replica.millicores, f"{owner}: share of a core"
+    cores = 1 if replica.millicores else replica.cores  # a share names its one core
+    assert len(placement.cpu_ids) == len(set(placement.cpu_ids)) == cores, f"{owner}: core count"
     assert len(placement.gpu_ids) == len(set(placement.gpu_ids)) == replica.gpu, f"{owner}: GPU count"
     assert placement.memory_bytes == replica.memory_bytes, f"{owner}: memory"
     if replica.gpu and replica.gpu_models:
@@ -243,19 +262,32 @@ def assert_matches(replica: ReplicaRequest, placement: ReplicaPlacement, node: N
 
 def assert_no_overcommit(snapshot: ClusterSnapshot, decisions: Decisions, now: float = 0.0) -> None:
     """(a) Running jobs (victims and stopping ones included: they still hold everything)
-    plus every start and every resize's new replicas share no core or GPU and fit in memory."""
+    plus every start and every resize's new replicas share no core or GPU and fit in memory;
+    a core is either one replica's whole or shared, by shares that add up to one core at most."""
     nodes = {node.name: node for node in snapshot.nodes}
     owners: dict[tuple[str, str, int], str] = {}
     memory: Counter[str] = Counter()
+    shares: Counter[tuple[str, int]] = Counter()
 
     def hold(placement: ReplicaPlacement, owner: str) -> None:
         node = nodes.get(placement.node)
         assert node is not None, f"{owner} placed on unknown node {placement.node}"
-        for kind, ids, exists in (("core", placement.cpu_ids, node.cpu_ids), ("GPU", placement.gpu_ids, node.gpu_ids)):
+        whole = placement.cpu_ids
+        if placement.cpu_millicores:
+            whole = ()
+            (core,) = placement.cpu_ids
+            assert core in node.cpu_ids, f"{owner}: core {core} does not exist on {node.name}"
+            assert (node.name, "core", core) not in owners, \
+                f"core {core} on {node.name} is {owners.get((node.name, 'core', core))}'s whole and shared by {owner}"
+            shares[(node.name, core)] += placement.cpu_millicores
+            assert shares[(node.name, core)] <= 1000, f"core {core} on {node.name} over-committed by {owner}"
+        for kind, ids, exists in (("core", whole, node.cpu_ids), ("GPU", placement.gpu_ids, node.gpu_ids)):
             for resource_id in ids:
                 assert resource_id in exists, f"{owner}: {kind} {resource_id} does not exist on {node.name}"
                 key = (node.name, kind, resource_id)
                 assert key not in owners, f"{kind} {resource_id} on {node.name} given to {owners.get(key)} and {owner}"
+                assert kind == "GPU" or (node.name, resource_id) not in shares, \
+                    f"core {resource_id} on {node.name} is shared and {owner}'s whole"
                 owners[key] = owner
         memory[node.name] += placement.memory_bytes
 
@@ -289,6 +321,16 @@ def assert_whole_gangs(snapshot: ClusterSnapshot, decisions: Decisions, now: flo
             assert job.min_replicas <= count <= len(job.replicas), f"elastic job {job.job_id}: {count} replicas"
         for replica, placement in zip(job.replicas, start.placements, strict=False):
             assert_matches(replica, placement, nodes[placement.node], f"started job {job.job_id}")
+        assert_constraint(job, start.placements, nodes, f"started job {job.job_id}")
+
+
+def assert_constraint(job: PendingJob | RunningJob, placements, nodes: dict[str, Node], owner: str) -> None:
+    """The placements keep the job's constraints: one node, or one value of the label."""
+    if job.same_node:
+        assert len({p.node for p in placements}) <= 1, f"{owner}: same_node on {[p.node for p in placements]}"
+    if job.same_topology:
+        values = [nodes[p.node].labels.get(job.same_topology) for p in placements]
+        assert None not in values and len(set(values)) <= 1, f"{owner}: {job.same_topology} values {values}"
 
 
 def assert_quotas(snapshot: ClusterSnapshot, decisions: Decisions, now: float = 0.0) -> None:
@@ -355,12 +397,13 @@ def assert_victims(snapshot: ClusterSnapshot, decisions: Decisions, now: float =
             assert len(extra) <= len(run.grow_replicas), f"job {run.job_id} grew past its grow_replicas"
             for replica, placement in zip(run.grow_replicas, extra, strict=False):
                 assert_matches(replica, placement, nodes[placement.node], f"grown job {run.job_id}")
+            assert_constraint(run, resize.placements, nodes, f"grown job {run.job_id}")
 
 
 def _classes(policy: str, config: SchedulerConfig, job: PendingJob, run: RunningJob, now: float):
     """(pending class, running class) as the policies document them; lower is more important."""
     gpus = sum(replica.gpu for replica in job.smallest_gang)
-    job_rate = gpus or sum(replica.cores for replica in job.smallest_gang) or 1
+    job_rate = gpus or sum(replica.cores + replica.millicores / 1000 for replica in job.smallest_gang) or 1
     run_rate = held(run.placements).gpu or held(run.placements).cpu or 1
     ran = max(0.0, now - run.started_at)
     if policy == "priority":
@@ -439,12 +482,13 @@ def assert_work_conserving(snapshot: ClusterSnapshot, decisions: Decisions, now:
         if job.job_id in started:
             continue
         gang = job.smallest_gang
-        demand = Amounts(float(sum(r.gpu for r in gang)), float(sum(r.cores for r in gang)),
+        demand = Amounts(float(sum(r.gpu for r in gang)), float(sum(r.cores + r.millicores / 1000 for r in gang)),
                          float(sum(r.memory_bytes for r in gang)))
         ceiling = queues[job.queue].ceiling if job.queue in queues else UNLIMITED
         if not (usage[job.queue] + demand).fits_in(ceiling):
             continue
-        fits = place_gang(free, gang, topology_key=snapshot.config.topology_key)
+        fits = place_gang(free, gang, topology_key=snapshot.config.topology_key, same_node=job.same_node,
+                          same_topology=job.same_topology)
         assert fits is None, f"job {job.job_id} waits ({decisions.waiting.get(job.job_id)}) but fits idle capacity"
 
 
@@ -571,13 +615,13 @@ def test_settling_alike_jobs_in_bulk_changes_no_decision(policy: str, data) -> N
 
 
 def _requeue(record: JobRecord, run: RunningJob, now: float) -> PendingJob:
-    rate = sum(len(p.gpu_ids) for p in run.placements) or sum(len(p.cpu_ids) for p in run.placements) or 1
+    rate = sum(len(p.gpu_ids) for p in run.placements) or sum(cores_held(p) for p in run.placements) or 1
     ran = max(0.0, now - run.started_at)
     return PendingJob(
         record.job_id, record.submitted_at, record.replicas, record.queue, record.priority, record.user,
         attained_service=run.attained_service + rate * ran, attained_time=run.attained_time + ran,
         queued_since=now, max_runtime=record.max_runtime, expected_duration=record.expected_duration,
-        min_replicas=record.min_replicas,
+        min_replicas=record.min_replicas, same_node=record.same_node, same_topology=record.same_topology,
     )
 
 
@@ -633,6 +677,7 @@ def test_rounds_in_sequence_keep_the_contract(policy: str, data) -> None:
                 job.attained_service, job.attained_time, job.max_runtime, job.expected_duration,
                 min_replicas=job.min_replicas,
                 grow_replicas=record.replicas[len(start.placements):] if job.min_replicas is not None else (),
+                same_node=job.same_node, same_topology=job.same_topology,
             )
         now += steps[round_number]
         for run in [run for run in running.values() if not run.stopping]:
@@ -640,25 +685,37 @@ def test_rounds_in_sequence_keep_the_contract(policy: str, data) -> None:
                 del running[run.job_id]
 
 
-def _packing_exists(free: FreeResources, gang: tuple[ReplicaRequest, ...]) -> bool:
-    """Brute force: can each replica go on some node, per-node sums fitting, models per replica?"""
-    rooms = [[len(view.gpu_ids), len(view.cpu_ids), view.memory_bytes, view.gpu_model] for view in free.nodes]
+def _packing_exists(free: FreeResources, gang: tuple[ReplicaRequest, ...], same_node: bool = False,
+                    same_topology: str | None = None) -> bool:
+    """Brute force: can each replica go on some node, per-node sums fitting (shares of cores
+    packed as ``cpu_fits`` models it), models per replica, constraints kept?"""
+    views = free.nodes
+    if same_topology:
+        views = tuple(view for view in views if same_topology in view.labels)
+    rooms = [[len(view.gpu_ids), view, view.memory_bytes, view.gpu_model, []] for view in views]
 
     def place(position: int) -> bool:
         if position == len(gang):
             return True
         replica = gang[position]
+        used = [room for room in rooms if room[4]]
         for room in rooms:
             if replica.gpu and replica.gpu_models and room[3] not in replica.gpu_models:
                 continue
-            if room[0] >= replica.gpu and room[1] >= replica.cores and room[2] >= replica.memory_bytes:
+            if same_node and used and room is not used[0]:
+                continue
+            if same_topology and used and room[1].labels[same_topology] != used[0][1].labels[same_topology]:
+                continue
+            view = room[1]
+            if room[0] >= replica.gpu and room[2] >= replica.memory_bytes \
+                    and cpu_fits(len(view.cpu_ids), view.shared.values(), [*room[4], replica]):
                 room[0] -= replica.gpu
-                room[1] -= replica.cores
                 room[2] -= replica.memory_bytes
+                room[4].append(replica)
                 found = place(position + 1)
                 room[0] += replica.gpu
-                room[1] += replica.cores
                 room[2] += replica.memory_bytes
+                room[4].pop()
                 if found:
                     return True
         return False
@@ -674,17 +731,21 @@ def test_placement_finds_a_packing_whenever_one_exists(data) -> None:
     world = data.draw(worlds(pending_most=0), label="world")
     gang = data.draw(gangs(), label="gang")
     topology = data.draw(st.sampled_from(("rack", "")), label="topology key")
-    if _packing_exists(FreeResources.from_nodes(world.nodes), gang):
-        assert unschedulable_reason(world.nodes, gang) is None
+    same_node, same_topology = data.draw(constraints(), label="constraints")
+    if _packing_exists(FreeResources.from_nodes(world.nodes), gang, same_node, same_topology):
+        assert unschedulable_reason(world.nodes, gang, same_node=same_node, same_topology=same_topology) is None
     free = FreeResources.from_nodes(world.nodes)
     for run in world.running:
         free.reserve(run.placements)
-    placements = place_gang(free, gang, topology_key=topology)
-    if _packing_exists(free, gang):
+    placements = place_gang(free, gang, topology_key=topology, same_node=same_node, same_topology=same_topology)
+    if _packing_exists(free, gang, same_node, same_topology):
         assert placements is not None, "a packing exists but place_gang found none"
     if placements is not None:
+        nodes = {node.name: node for node in world.nodes}
         for replica, placement in zip(gang, placements, strict=True):
-            assert_matches(replica, placement, next(n for n in world.nodes if n.name == placement.node), "gang")
+            assert_matches(replica, placement, nodes[placement.node], "gang")
+        assert_constraint(PendingJob(0, 0.0, gang, same_node=same_node, same_topology=same_topology), placements,
+                          nodes, "gang")
         free.reserve(placements)  # raises if anything was not free
 
 

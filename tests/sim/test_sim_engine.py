@@ -41,6 +41,7 @@ from mlyard.sim.cluster import (
 )
 
 ITP_HEADER = "job_id,submission_time,duration,num_gpu"
+GIB = 1 << 30
 
 # Two nodes of two GPUs; tick 10 s, so every submission below lands on a tick.
 #   job  submit  duration  GPUs
@@ -220,6 +221,23 @@ def test_impossible_decisions_are_refused_by_name(make, message):
         run_scripted(jobs, 2, 2, make)
 
 
+def test_shares_of_a_core_run_together_and_the_ledger_refuses_more_than_a_core():
+    jobs = [TraceJob(k + 1, 0.0, 100.0, 0, "t", cpu=0.25, memory_bytes=GIB) for k in range(9)]
+    nodes = [Node("n0", "n0.sim", (0, 1), 8 * GIB)]
+    result = simulate(jobs, nodes, EngineOptions(policy="fifo", tick=30, check_every_round=True))
+    finished = sorted(outcome.completed_at for outcome in result.outcomes)
+    assert finished[:8] == [100.0] * 8 and finished[8] > 100.0  # eight quarters on two cores, the ninth waits
+
+    def overcommit(snapshot: ClusterSnapshot, now: float) -> Decisions:
+        if now:
+            return Decisions()
+        return Decisions(starts=tuple(StartJob(job.job_id, (ReplicaPlacement("worker", 0, "n0", (0,), (), GIB, 250),))
+                                      for job in snapshot.pending[:5]))
+
+    with pytest.raises(SimulationError, match=r"StartJob\(job 5\): core 0 on n0 has 0 millicores left, not 250"):
+        simulate(jobs, nodes, EngineOptions(policy="fifo", tick=30), decide=overcommit)
+
+
 def test_preempting_a_stopping_job_again_is_refused():
     jobs = [TraceJob(1, 0, 100, 2, "t"), TraceJob(2, 0, 100, 2, "t")]
 
@@ -316,7 +334,8 @@ def test_every_policy_finishes_every_job_without_overcommitting(rows, policy, qu
 
 node_shapes = st.lists(st.tuples(st.sampled_from([0, 1, 2, 4, 8]), st.integers(0, 16), st.integers(0, 64),
                                  st.sampled_from(["", "A", "B"])), min_size=1, max_size=6)
-replica_shapes = st.lists(st.tuples(st.integers(0, 8), st.integers(0, 16), st.integers(0, 64),
+replica_shapes = st.lists(st.tuples(st.integers(0, 8), st.one_of(st.integers(0, 16), st.sampled_from([0.25, 0.5])),
+                                    st.integers(0, 64),
                                     st.sampled_from([(), ("A",), ("A", "B")])), min_size=1, max_size=4)
 
 

@@ -9,6 +9,9 @@ from pydantic import BaseModel, Field
 
 from mlyard.spec import JobSpec, JobStatus
 
+NOT_CONNECTED = "replicas are not connected to rank 0: each may be training alone"
+"""The start of `JobInfo.warning` (and of its job event) for a job whose replicas never met."""
+
 
 class ReplicaInfo(BaseModel):
     name: str
@@ -20,6 +23,8 @@ class ReplicaInfo(BaseModel):
     pid: int | None
     exit_code: int | None
     cpu_ids: list[int]
+    cpu_millicores: int = Field(default=0, description="0: `cpu_ids` are the replica's own cores; else its "
+                                "share, in thousandths, of its one core, shared with others (250: 0.25 of the core)")
     gpu_ids: list[int]
     memory_bytes: int
     started_at: float | None
@@ -83,6 +88,11 @@ class JobInfo(BaseModel):
         "server's idle threshold; null while it is busy or not judged yet"
     )
     idle_reason: str | None = Field(default=None, description="the idle warning in words, with `idle_since`")
+    warning: str | None = Field(
+        default=None, description="while RUNNING: what looks wrong with how it runs, in words; for now only "
+        f"\"{NOT_CONNECTED}\" (naming the replicas), for a multi-replica PyTorch job with a replica that has not "
+        "connected to rank 0's MASTER_PORT within the server's grace period; null when all is well"
+    )
     spec: JobSpec
 
 

@@ -50,7 +50,7 @@ class QueueSettings(BaseModel):
 
 class QueueUsage(BaseModel):
     gpu: int
-    cpu: int
+    cpu: float = Field(description="cores held; a share of a core (a request below one) as its fraction")
     memory: int
 
 

@@ -67,7 +67,7 @@ class RunningJobUsage(BaseModel):
     status: JobStatus
     replicas: int = Field(description="replicas of the holding attempt")
     nodes: list[str] = Field(description="where they run, in rank order, each node once")
-    cpus: int = Field(description="cores the replicas hold")
+    cpus: float = Field(description="cores the replicas hold (a share of a core as its fraction)")
     gpus: int = Field(description="GPUs the replicas hold")
     launched_at: float | None = Field(description="when the holding attempt was launched")
     at: float | None = Field(default=None, description="the latest sample among its replicas")

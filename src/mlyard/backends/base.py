@@ -59,6 +59,9 @@ class ReplicaLaunch:
     processes: int = 1
     """The role's processes per replica: the launcher starts a plain command this many times
     (`runtime/processes.py`)."""
+    cpu_millicores: int = 0
+    """0: `cpu_ids` are the replica's own cores. Otherwise its share, in thousandths, of its one
+    core, which it shares with other replicas: a backend caps it there (a CPU quota) where it can."""
 
 
 @dataclass(frozen=True)

@@ -130,6 +130,7 @@ def run(
     replicas: Annotated[int, typer.Option(help="number of replicas")] = 1,
     cpus: Annotated[float, typer.Option(help="CPUs per replica")] = 1.0,
     gpus: Annotated[int, typer.Option(help="GPUs per replica")] = 0,
+    processes: Annotated[int, typer.Option(help="processes per replica (one per GPU is usual)")] = 1,
     memory: Annotated[str, typer.Option(help="memory per replica, e.g. 2Gi")] = "1Gi",
     name: Annotated[str | None, typer.Option(help="job name (default: from the command)")] = None,
     framework: Annotated[str, typer.Option(help="pytorch, tensorflow or none")] = "pytorch",
@@ -150,7 +151,8 @@ def run(
         "name": name or _name_from(command),
         "command": command,
         "framework": framework,
-        "roles": [{"name": "worker", "replicas": replicas, "resources": {"cpu": cpus, "gpu": gpus, "memory": memory}}],
+        "roles": [{"name": "worker", "replicas": replicas, "processes": processes,
+                   "resources": {"cpu": cpus, "gpu": gpus, "memory": memory}}],
     }
     if interactive:
         data["interactive"] = True

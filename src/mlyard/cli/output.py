@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from mlyard.api.jobs import AttemptInfo, JobDetail, JobInfo
+from mlyard.api.jobs import NOT_CONNECTED, AttemptInfo, JobDetail, JobInfo, ReplicaInfo
 from mlyard.api.nodes import JOBS_RUN_AS, NodeInfo
 from mlyard.api.queues import QueueAmounts, QueueInfo
 from mlyard.spec import JobStatus, format_bytes
@@ -84,11 +84,18 @@ def jobs_table(jobs: Sequence[JobInfo]) -> Table:
         table.add_column(column, no_wrap=column != "MESSAGE")
     for job in jobs:
         table.add_row(
-            str(job.id), job.name, status_text(job.status) + idle_marker(job), str(job.replica_count), job.queue,
-            ago(job.submitted_at), duration(job_runtime(job)),
-            escape(job.wait_reason or job.message or job.idle_reason or ""),
+            str(job.id), job.name, status_text(job.status) + idle_marker(job) + warning_marker(job),
+            str(job.replica_count), job.queue, ago(job.submitted_at), duration(job_runtime(job)),
+            escape(job.wait_reason or job.message or " · ".join(filter(None, (job.idle_reason, job.warning)))),
         )
     return table
+
+
+def warning_marker(job: JobInfo) -> str:
+    """What follows the status of a running job with a warning about how it runs."""
+    if job.warning is None:
+        return ""
+    return " [yellow](not connected)[/]" if job.warning.startswith(NOT_CONNECTED) else " [yellow](warning)[/]"
 
 
 def idle_marker(job: JobInfo) -> str:
@@ -148,7 +155,7 @@ def queues_table(queues: Sequence[QueueInfo]) -> Table:
     for column in ("NAME", "PROJECT", "QUOTA", "BORROW LIMIT", "WEIGHT", "USAGE", "RUNNING", "WAITING"):
         table.add_column(column, no_wrap=True)
     for queue in queues:
-        usage = f"gpu {queue.usage.gpu} · cpu {queue.usage.cpu} · mem {format_bytes(queue.usage.memory)}"
+        usage = f"gpu {queue.usage.gpu} · cpu {queue.usage.cpu:g} · mem {format_bytes(queue.usage.memory)}"
         table.add_row(
             queue.name, queue.project, amounts_text(queue.quota, missing="none"),
             amounts_text(queue.borrow_limit, missing="unlimited"), f"{queue.weight:g}", usage,
@@ -196,6 +203,8 @@ def print_job_detail(job: JobDetail, *, usage: str | None = None) -> None:
     if job.idle_since is not None:
         console.print(f"[yellow]Warning:[/] {escape(job.idle_reason or 'idle')} "
                       f"(idle for {duration(time.time() - job.idle_since)})", highlight=False)
+    if job.warning is not None:
+        console.print(f"[yellow]Warning:[/] {escape(job.warning)}", highlight=False)
     rows = [
         ("command", job.spec.display_command()),
         ("framework", job.spec.framework),
@@ -238,7 +247,7 @@ def print_job_detail(job: JobDetail, *, usage: str | None = None) -> None:
             table.add_row(
                 replica.name, str(replica.rank), replica.node, replica.state, str(replica.pid or "-"),
                 "-" if replica.exit_code is None else str(replica.exit_code),
-                ",".join(map(str, replica.cpu_ids)) or "-", ",".join(map(str, replica.gpu_ids)) or "-",
+                cpus_text(replica), ",".join(map(str, replica.gpu_ids)) or "-",
                 format_bytes(replica.memory_bytes),
             )
         console.print(table)
@@ -254,3 +263,10 @@ def print_job_detail(job: JobDetail, *, usage: str | None = None) -> None:
             console.print(f"[bold]last lines of {replica}[/]")
             for line in lines:
                 console.print(f"  {line}", markup=False, highlight=False)
+
+
+def cpus_text(replica: ReplicaInfo) -> str:
+    """The cores a replica holds: its own ("2,3"), or its share of one it shares ("0.25 of core 0")."""
+    if replica.cpu_millicores:
+        return f"{replica.cpu_millicores / 1000:g} of core {','.join(map(str, replica.cpu_ids))}"
+    return ",".join(map(str, replica.cpu_ids)) or "-"

@@ -110,7 +110,7 @@ def job_cells(job: RunningJobUsage, now: float) -> list[RenderableType]:
     else:
         # The bar is against the cores it holds: a job idling on its allocation shows at a glance.
         share = 100 * job.cpu_percent / (job.cpus * 100) if job.cpus else None
-        cpu = meter(share, f"{job.cpu_percent:4.0f}% of {job.cpus}")
+        cpu = meter(share, f"{job.cpu_percent:4.0f}% of {job.cpus:g}")
     memory = "-" if job.memory_bytes is None else format_bytes(job.memory_bytes)
     gpu_memory = "-" if job.gpu_memory_bytes is None or not (job.gpus or job.gpu_memory_bytes) else format_bytes(
         job.gpu_memory_bytes)

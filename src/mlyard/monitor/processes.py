@@ -127,6 +127,25 @@ class ProcessTrees:
         return (100.0 * used / elapsed if elapsed > 0 else 0.0), rss
 
 
+def tree_connections(root: Root) -> list | None:
+    """The TCP connections (psutil's, with `raddr` and `status`) of every process of the root's
+    tree, or None where they cannot be known: the root is gone or is not the recorded process, or
+    a process of it may not be read. Sockets of the server's network namespace only, which the
+    local backend's replicas share (containers run on the host's network)."""
+    pids = ProcessTrees()._tree(root)
+    if not pids:
+        return None
+    found = []
+    for pid in pids:
+        try:
+            found.extend(psutil.Process(pid).net_connections(kind="tcp"))
+        except (psutil.NoSuchProcess, psutil.ZombieProcess):  # ended since the walk: nothing of its own left
+            continue
+        except psutil.Error:
+            return None
+    return found
+
+
 def _children(pid: int) -> list[int]:
     try:
         threads = os.listdir(f"/proc/{pid}/task")

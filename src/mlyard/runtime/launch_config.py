@@ -91,6 +91,10 @@ class LaunchConfig:
     processes: int = 1
     """Copies of the command the launcher starts, each with its own RANK and LOCAL_RANK
     (`processes.py`); 1 for a command that starts its workers itself (torchrun)."""
+    cpu_quota_millicores: int | None = None
+    """A replica's share of its one core, in thousandths, that a CPU quota holds it to: in a
+    cgroup (`cgroup_name`) made under `cpu_cgroup_parent`. None: no quota."""
+    cpu_cgroup_parent: Path | None = None
 
     def as_data(self) -> dict[str, Any]:
         """The configuration as the JSON object `launch.json` holds."""
@@ -111,6 +115,8 @@ class LaunchConfig:
             "keep": list(self.keep),
             "keep_read_only": list(self.keep_read_only),
             "processes": self.processes,
+            "cpu_quota_millicores": self.cpu_quota_millicores,
+            "cpu_cgroup_parent": str(self.cpu_cgroup_parent) if self.cpu_cgroup_parent is not None else None,
         }
 
     @classmethod
@@ -204,6 +210,8 @@ _PARSERS = {
     "keep": _paths,
     "keep_read_only": _paths,
     "processes": _count,
+    "cpu_quota_millicores": _optional(int),
+    "cpu_cgroup_parent": _optional(str, Path),
 }
 
 

@@ -1,7 +1,8 @@
 """The shim that runs inside every replica: `python -m mlyard.runtime.launcher REPLICA_DIRECTORY`.
 
 It reads `launch.json` (a `launch_config.LaunchConfig`) from the replica directory, pins the
-CPUs, joins a memory cgroup when one is configured, extracts the code snapshot into `code/`,
+CPUs, joins a memory cgroup when one is configured (and a CPU cgroup that holds a replica below
+one core to its share), extracts the code snapshot into `code/`,
 and runs the user command there in a process group of its own. Its stdout and stderr go
 through a pipe that a thread of the launcher copies into `output.log`, up to `max_log_bytes`
 (MLYARD_MAX_LOG_BYTES); past that the output is read and dropped, so the command never blocks
@@ -239,6 +240,8 @@ class Launcher:
         self.children: list[subprocess.Popen] = []
         self.terminating_signal: int | None = None
         self.cgroup: Path | None = None
+        self.cpu_cgroup: Path | None = None
+        """The CPU cgroup holding a replica below one core to its share, when it is not `cgroup` (v1)."""
         self.output: CappedLog | None = None
         self.oom_killed = False
         self.heartbeat = Heartbeat(directory / HEARTBEAT_FILE)
@@ -290,6 +293,8 @@ class Launcher:
             os.sched_setaffinity(0, config.cpu_ids)
         if config.memory_cgroup_parent:
             self._join_memory_cgroup(config.memory_cgroup_parent, config.cgroup_name or "", config.memory_bytes)
+        if config.cpu_cgroup_parent and config.cpu_quota_millicores:
+            self._join_cpu_cgroup(config.cpu_cgroup_parent, config.cgroup_name or "", config.cpu_quota_millicores)
         workdir = self.directory / CODE_DIRECTORY
         if config.snapshot:
             from mlyard.storage import extract_snapshot
@@ -411,6 +416,18 @@ class Launcher:
             self.log(f"memory limit not enforced: {error}")
             self.cgroup = None
 
+    def _join_cpu_cgroup(self, parent: Path, name: str, millicores: int) -> None:
+        from mlyard.runtime import cgroups
+
+        try:
+            cgroup = cgroups.create_cpu_cgroup(parent, name, millicores)
+            cgroups.add_process(cgroup, os.getpid())
+        except OSError as error:
+            self.log(f"CPU quota not enforced: {error}")
+            return
+        if cgroup != self.cgroup:  # on cgroup v2 the memory cgroup holds the quota too
+            self.cpu_cgroup = cgroup
+
     def _cleanup(self) -> None:
         if self.child is not None:
             try:  # whatever the command left behind in its group goes with it
@@ -425,6 +442,10 @@ class Launcher:
 
             self.oom_killed = cgroups.oom_kills(self.cgroup) > 0
             cgroups.remove_cgroup(self.cgroup, keep_pid=os.getpid())
+        if self.cpu_cgroup is not None:
+            from mlyard.runtime import cgroups
+
+            cgroups.remove_cgroup(self.cpu_cgroup, keep_pid=os.getpid())
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -28,7 +28,8 @@ import gc
 
 from .config import DEFAULT_POLICY, LIVE_POLICIES, POLICIES, SchedulerConfig
 from .cycle import decide_round
-from .placement import FreeResources, NodeFree, place_gang, unschedulable_reason
+from .placement import FreeResources, NodeFree, place_gang
+from .unschedulable import unschedulable_reason
 from .snapshot import (
     UNLIMITED,
     Amounts,

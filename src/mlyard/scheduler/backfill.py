@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from .placement import place_gang
+from .placement import place_gang, place_on
 from .quotas import request_amounts
 from .reasons import count_of
 from .snapshot import (
@@ -13,6 +13,7 @@ from .snapshot import (
     ReplicaPlacement,
     ReplicaRequest,
     Resize,
+    RunningJob,
     StartJob,
 )
 from .state import Reservation, RoundState
@@ -35,13 +36,14 @@ def reserve(state: RoundState, job: PendingJob, gang: Sequence[ReplicaRequest]) 
     shadow = math.inf
     placements = None
     need = request_amounts(gang)
+    cores = sum(replica.cores for replica in gang)  # whole ones: shares may fit cores in sharing mode
     for end, _, held in ends:
         trial.release(held)
         totals = trial.totals()
         if math.isinf(end) and placements is None:
             shadow = math.inf
-        if totals[0] >= need.gpu and totals[1] >= need.cpu and totals[2] >= need.memory:
-            placements = place_gang(trial, gang, topology_key=state.config.topology_key)
+        if totals[0] >= need.gpu and totals[1] >= cores and totals[2] >= need.memory:
+            placements = state.place(trial, job, gang)
             if placements is not None:
                 shadow = max(end, state.now)
                 break
@@ -63,7 +65,7 @@ def backfill_placement(state: RoundState, job: PendingJob, gang: Sequence[Replic
     # did not fit there, the next jobs of that shape (thousands, on a busy cluster) skip the search.
     if shape in reservation.failed_shapes:
         return None
-    placements = place_gang(reservation.extra, gang, topology_key=state.config.topology_key)
+    placements = state.place(reservation.extra, job, gang)
     if placements is None:
         reservation.failed_shapes.add(shape)
     return placements
@@ -75,14 +77,14 @@ def grow_elastic(state: RoundState) -> None:
         pending = next((job for job in state.snapshot.pending if job.job_id == start.job_id), None)
         if pending is None or pending.min_replicas is None:
             continue
-        added = add_replicas(state, pending.queue, pending.user, pending.replicas[len(start.placements):])
+        added = add_replicas(state, pending, start.placements, pending.replicas[len(start.placements):])
         if added:
             state.starts[position] = StartJob(start.job_id, start.placements + added,
                                               f"started with {len(start.placements) + len(added)} replicas")
     for run in state.snapshot.running:
         if run.stopping or run.job_id in state.taken or not run.grow_replicas:
             continue
-        added = add_replicas(state, run.queue, run.user, run.grow_replicas)
+        added = add_replicas(state, run, run.placements, run.grow_replicas)
         if added:
             state.resizes[run.job_id] = Resize(
                 run.job_id, run.placements + added,
@@ -90,14 +92,22 @@ def grow_elastic(state: RoundState) -> None:
             )
 
 
-def add_replicas(state: RoundState, queue: str, user: str,
-                  extra: Sequence[ReplicaRequest]) -> tuple[ReplicaPlacement, ...]:
+def add_replicas(state: RoundState, job: PendingJob | RunningJob, held: Sequence[ReplicaPlacement],
+                 extra: Sequence[ReplicaRequest]) -> tuple[ReplicaPlacement, ...]:
+    """Place ``extra`` one at a time while they fit; ``job`` holds ``held`` already, and what it
+    adds keeps to its placement constraints: the node it is on, or nodes of its label's value."""
+    queue, user = job.queue, job.user
+    names = _allowed_nodes(state, job, held)
     added: list[ReplicaPlacement] = []
     for replica in extra:
         amounts = request_amounts((replica,))
         if state.book.over_quota(queue, amounts) is not None:
             break
-        placement = place_gang(state.free, (replica,))
+        if names is None:
+            placement = place_gang(state.free, (replica,))
+        else:
+            one = place_on(state.free, replica, names)
+            placement = None if one is None else (one,)
         if placement is None:
             break
         state.free.reserve(placement)
@@ -106,3 +116,19 @@ def add_replicas(state: RoundState, queue: str, user: str,
         state.book.add(queue, user, amounts)
         added.extend(placement)
     return tuple(added)
+
+
+def _allowed_nodes(state: RoundState, job: PendingJob | RunningJob,
+                   held: Sequence[ReplicaPlacement]) -> list[str] | None:
+    """The nodes a growing job's next replicas may go on (None: any)."""
+    if not held or not (job.same_node or job.same_topology):
+        return None
+    if job.same_node:
+        return [held[0].node]
+    key = job.same_topology
+    nodes = {node.name: node for node in state.snapshot.nodes}
+    anchor = nodes.get(held[0].node)
+    value = anchor.labels.get(key) if anchor is not None else None
+    if value is None:
+        return []
+    return sorted(name for name, node in nodes.items() if node.labels.get(key) == value)

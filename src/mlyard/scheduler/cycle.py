@@ -14,7 +14,6 @@ from collections.abc import Sequence
 from operator import attrgetter
 
 from .backfill import backfill_placement, grow_elastic, reserve
-from .placement import place_gang
 from .policies import POLICY_TABLE
 from .preemption import try_preemption, victim_pool
 from .quotas import QueueBook, held_amounts, reclaim_victim_order, request_amounts
@@ -45,7 +44,7 @@ def decide_round(snapshot: ClusterSnapshot, now: float) -> Decisions:
     shape_ids: dict[tuple, int] = {}
     if fast:
         group_ids: dict[tuple, int] = {}
-        groups = [group_ids.setdefault((job.shape, klass, job.queue), len(group_ids))
+        groups = [group_ids.setdefault((job.gang_key, klass, job.queue), len(group_ids))
                   for job, klass in zip(jobs, classes, strict=True)]
         group_shape = [shape_ids.setdefault(key[0], len(shape_ids)) for key in group_ids]
         shapes = [group_shape[group] for group in groups]
@@ -54,7 +53,7 @@ def decide_round(snapshot: ClusterSnapshot, now: float) -> Decisions:
         for group, count in Counter(groups).items():
             remaining[group_shape[group]] += count
     else:
-        shapes = [shape_ids.setdefault(job.shape, len(shape_ids)) for job in jobs]
+        shapes = [shape_ids.setdefault(job.gang_key, len(shape_ids)) for job in jobs]
         groups, group_count = shapes.copy(), len(shape_ids)
         state.deferred_order = []
         remaining = state.remaining = [0] * len(shape_ids)
@@ -171,7 +170,7 @@ def _word_deferred(state: RoundState) -> None:
         shape, better_ahead = key
         reason = texts.get(shape)
         if reason is None:
-            reason = texts[shape] = resource_reason(state, state.deferred_gangs[shape])
+            reason = texts[shape] = resource_reason(state, state.deferred_jobs[shape])
         worded[key] = f"{reason}; behind {count_of(better_ahead, 'job')} {phrase}" if better_ahead > 0 else reason
     if state.deferred_order is not None:
         for job_id, key, tail in state.deferred_order:
@@ -206,7 +205,7 @@ def _explain_rest(state: RoundState, jobs: Sequence[PendingJob], classes: Sequen
         if quota is not None:
             waiting[job.job_id] = quota
             continue
-        never = never_fits(state, job.smallest_gang, _demand(state, job, shape), shape)
+        never = never_fits(state, job, job.smallest_gang, _demand(state, job, shape), shape)
         if never is not None:
             waiting[job.job_id] = f"can never run on this cluster: {never}"
             continue
@@ -355,7 +354,7 @@ def _consider(state: RoundState, job: PendingJob, klass: float, shape: int, bett
     demand = _demand(state, job, shape)
     placements = None
     if not failed:
-        placements = place_gang(state.free, gang, topology_key=config.topology_key)
+        placements = state.place(state.free, job, gang)
         if placements is None:
             state.mark_failed(shape)
     if placements is not None and state.reservation is not None:
@@ -372,7 +371,7 @@ def _consider(state: RoundState, job: PendingJob, klass: float, shape: int, bett
         state.commit_start(job, placements, "", demand)
         return "started"
     state.epoch += 1  # what follows may change what _quickly_blocked reads
-    never = never_fits(state, gang, demand, shape)
+    never = never_fits(state, job, gang, demand, shape)
     if never is not None:
         state.waiting[job.job_id] = f"can never run on this cluster: {never}"
         return "quota"
@@ -401,7 +400,7 @@ def _wait_for_stopping(state: RoundState, job: PendingJob, gang: Sequence[Replic
     if not state.stopping_ids and not state.taken:
         return False
     stopping = state.stopping_ids + sorted(state.taken)
-    placements = place_gang(state.future_view(), gang, topology_key=state.config.topology_key)
+    placements = state.place(state.future_view(), job, gang)
     if placements is None:
         state.failed_later.add(shape)
         return False

@@ -37,19 +37,20 @@ from typing import ClassVar
 
 from .config import SchedulerConfig
 from .quotas import QueueBook
-from .snapshot import PendingJob, ReplicaPlacement, RunningJob
+from .snapshot import MILLICORES, PendingJob, ReplicaPlacement, RunningJob
 
 
 def pending_rate(job: PendingJob) -> float:
-    """Service units per second a job consumes: its GPUs, or its cores when it has none."""
+    """Service units per second a job consumes: its GPUs, or its cores when it has none (a share
+    of a core as its fraction)."""
     gang = job.smallest_gang
     gpus = sum(replica.gpu for replica in gang)
-    return float(gpus) if gpus else float(sum(replica.cores for replica in gang) or 1)
+    return float(gpus) if gpus else float(sum(replica.shape[1] for replica in gang) or 1)
 
 
 def running_rate(placements: Sequence[ReplicaPlacement]) -> float:
     gpus = sum(len(placement.gpu_ids) for placement in placements)
-    return float(gpus) if gpus else float(sum(len(placement.cpu_ids) for placement in placements) or 1)
+    return float(gpus) if gpus else float(sum(placement.cpu for placement in placements) or 1)
 
 
 def running_service(job: RunningJob, now: float) -> float:
@@ -235,7 +236,7 @@ class Las(Policy):
             gpus = cores = 0
             for placement in run.placements:
                 gpus += len(placement.gpu_ids)
-                cores += len(placement.cpu_ids)
+                cores += placement.cpu_millicores / MILLICORES if placement.cpu_millicores else len(placement.cpu_ids)
             rate = gpus or cores or 1
             service = run.attained_service + rate * max(0.0, now - run.started_at)
             classes.append(float(bisect_right(thresholds, service)))

@@ -6,7 +6,6 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from .placement import place_gang
 from .quotas import held_amounts, reclaim_victim_order
 from .reasons import count_of, job_list
 from .snapshot import Amounts, PendingJob, Preempt, ReplicaRequest, Resize, RunningJob
@@ -59,7 +58,8 @@ def _whole(state: RoundState, runs: list[RunningJob], why: str) -> list[Victim]:
 
 
 def _held(state: RoundState, run: RunningJob) -> tuple[int, int, int]:
-    """(GPUs, cores, memory bytes) ``run`` holds, counted once per round."""
+    """(GPUs, cores, memory bytes) ``run`` holds, counted once per round; a share of a core counts
+    as the core (what its going may free at most)."""
     held = state.held_by_run.get(id(run))
     if held is None:
         gpus = cores = memory = 0
@@ -128,7 +128,8 @@ def try_preemption(state: RoundState, job: PendingJob, klass: float, gang: Seque
         state.failed_plans.add(memo)
         return False
     future = state.future_view()
-    need = (int(demand.gpu), int(demand.cpu), int(demand.memory))
+    # Whole cores only: shares of cores may fit cores in sharing mode, which the totals do not count.
+    need = (int(demand.gpu), sum(replica.cores for replica in gang), int(demand.memory))
     if not all(n <= h for n, h in zip(need, have, strict=True)):
         state.failed_plans.add(memo)
         return False
@@ -162,23 +163,24 @@ def try_preemption(state: RoundState, job: PendingJob, klass: float, gang: Seque
         trial.release(release)
         chosen.append(victim)
         if all(n <= h for n, h in zip(need, trial.totals(), strict=True)) and trial.max_gpus() >= widest:
-            placements = place_gang(trial, gang, topology_key=state.config.topology_key)
+            placements = state.place(trial, job, gang)
             if placements is not None:
                 break
     if placements is None:
         state.failed_plans.add(memo)
         return False
-    placements = _reprieve(state, trial, chosen, gang, placements)
+    placements = _reprieve(state, trial, chosen, job, gang, placements)
     _commit(state, job, trial, chosen, placements)
     return True
 
 
-def _reprieve(state: RoundState, trial, chosen: list[Victim], gang: Sequence[ReplicaRequest], placements):
+def _reprieve(state: RoundState, trial, chosen: list[Victim], job: PendingJob, gang: Sequence[ReplicaRequest],
+              placements):
     """Gives back victims (most important first) the job can do without; the placements after."""
     if 1 < len(chosen) <= 16:
         for victim in list(reversed(chosen[:-1])):
             trial.take_available(victim.release)
-            again = place_gang(trial, gang, topology_key=state.config.topology_key)
+            again = state.place(trial, job, gang)
             if again is None:
                 trial.release(victim.release)
             else:

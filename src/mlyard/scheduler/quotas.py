@@ -13,6 +13,7 @@ import math
 from collections.abc import Iterable, Sequence
 
 from .snapshot import (
+    MILLICORES,
     Amounts,
     ClusterSnapshot,
     Queue,
@@ -27,22 +28,27 @@ _UNKNOWN = Amounts(-1.0, -1.0, -1.0)  # a ceiling not looked up yet
 
 
 def request_amounts(replicas: Sequence[ReplicaRequest]) -> Amounts:
-    """What a gang holds once placed: whole cores, GPUs and memory bytes."""
-    gpus = cores = memory = 0
+    """What a gang holds once placed: whole cores (a share of one as its fraction), GPUs and memory bytes."""
+    gpus = memory = 0
+    cores = millicores = 0
     for replica in replicas:
         gpus += replica.gpu
         cores += replica.cores
+        millicores += replica.millicores
         memory += replica.memory_bytes
-    return Amounts(float(gpus), float(cores), float(memory))
+    return Amounts(float(gpus), cores + millicores / MILLICORES, float(memory))
 
 
 def held_amounts(placements: Iterable[ReplicaPlacement]) -> Amounts:
-    gpus = cores = memory = 0
+    gpus = cores = memory = millicores = 0
     for placement in placements:
         gpus += len(placement.gpu_ids)
-        cores += len(placement.cpu_ids)
+        if placement.cpu_millicores:
+            millicores += placement.cpu_millicores
+        else:
+            cores += len(placement.cpu_ids)
         memory += placement.memory_bytes
-    return Amounts(float(gpus), float(cores), float(memory))
+    return Amounts(float(gpus), cores + millicores / MILLICORES, float(memory))
 
 
 def _format(resource: str, value: float) -> str:
@@ -80,7 +86,7 @@ class QueueBook:
             gpus = cores = memory = 0
             for placement in job.placements:
                 gpus += len(placement.gpu_ids)
-                cores += len(placement.cpu_ids)
+                cores += placement.cpu_millicores / MILLICORES if placement.cpu_millicores else len(placement.cpu_ids)
                 memory += placement.memory_bytes
             for sums in (by_queue.setdefault(job.queue, [0, 0, 0]), by_user.setdefault(job.user, [0, 0, 0])):
                 sums[0] += gpus

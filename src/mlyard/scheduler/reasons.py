@@ -9,9 +9,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from .placement import count_of, unschedulable_reason
+from .unschedulable import constraint_reason, count_of, unschedulable_reason
 from .quotas import request_amounts
-from .snapshot import ReplicaRequest
+from .snapshot import MILLICORES, PendingJob, ReplicaRequest
 
 if TYPE_CHECKING:
     from .state import RoundState
@@ -36,11 +36,13 @@ def duration_text(seconds: float) -> str:
     return f"{seconds / 86400:.1f}d"
 
 
-def never_fits(state: RoundState, gang: Sequence[ReplicaRequest], demand, shape: int) -> str | None:
-    """Why the gang cannot run even on the empty cluster (e.g. a node left), or None.
+def never_fits(state: RoundState, job: PendingJob, gang: Sequence[ReplicaRequest], demand,
+               shape: int) -> str | None:
+    """Why ``job``'s gang cannot run even on the empty cluster (e.g. a node left), or None.
 
     Cheap checks on the cluster's largest node and totals first; the full packing
-    check runs only for the few jobs that pass them yet do not fit right now.
+    check runs only for the few jobs that pass them yet do not fit right now (and for
+    every job with a placement constraint).
     """
     if state._capacity is None:
         nodes = state.snapshot.nodes
@@ -54,17 +56,25 @@ def never_fits(state: RoundState, gang: Sequence[ReplicaRequest], demand, shape:
     most_gpus, most_cores, most_memory = state._capacity
     capacity = state.book.capacity
     cheap_ok = (
-        all(r.gpu <= most_gpus and r.cores <= most_cores and r.memory_bytes <= most_memory for r in gang)
+        all(r.gpu <= most_gpus and (r.cores or (1 if r.millicores else 0)) <= most_cores
+            and r.memory_bytes <= most_memory for r in gang)
         and demand.fits_in(capacity)
     )
-    reason = None if cheap_ok and not state.policy.strict else unschedulable_reason(state.snapshot.nodes, gang)
+    constrained = job.same_node or job.same_topology
+    if cheap_ok and not state.policy.strict and not constrained:
+        reason = None
+    else:
+        reason = unschedulable_reason(state.snapshot.nodes, gang, same_node=job.same_node,
+                                      same_topology=job.same_topology)
     state.never[shape] = reason
     return reason
 
 
-def resource_reason(state: RoundState, gang: Sequence[ReplicaRequest]) -> str:
+def resource_reason(state: RoundState, job: PendingJob) -> str:
+    """Why ``job`` (of a shape that did not fit) waits for resources, in words."""
     if not state.config.explain:
         return ""
+    gang = job.smallest_gang
     most_gpus, most_cores, most_memory = state.largest_free()
     biggest_gpu = max(replica.gpu for replica in gang)
     biggest_cores = max(replica.cores for replica in gang)
@@ -81,17 +91,24 @@ def resource_reason(state: RoundState, gang: Sequence[ReplicaRequest]) -> str:
         return f"no node with {count_of(biggest_cores, 'free CPU')}"
     if biggest_memory > most_memory:
         return f"no node with {biggest_memory / _GIB:.1f} GiB of free memory"
+    if job.same_node or job.same_topology:
+        constraint = constraint_reason(state.free.nodes, gang, job.same_node, job.same_topology)
+        if constraint is not None:
+            return constraint
     demand = request_amounts(gang)
     gpus, cores, memory = state.free.totals()
+    whole = sum(replica.cores for replica in gang)
     if demand.gpu > gpus:
         return f"needs {count_of(int(demand.gpu), 'GPU')}, {gpus} free"
-    if demand.cpu > cores:
-        return f"needs {count_of(int(demand.cpu), 'CPU')}, {cores} free"
+    if whole > cores:
+        return f"needs {count_of(whole, 'CPU')}, {cores} free"
     if demand.memory > memory:
         return f"needs {demand.memory / _GIB:.1f} GiB of memory, {memory / _GIB:.1f} GiB free"
     if len(gang) == 1:
         (replica,) = gang
-        return (f"no node with {count_of(replica.gpu, f'free{model_text} GPU')}, {count_of(replica.cores, 'free CPU')} "
+        cpu = (f"{replica.millicores / MILLICORES:g} of a free CPU core" if replica.millicores
+               else count_of(replica.cores, 'free CPU'))
+        return (f"no node with {count_of(replica.gpu, f'free{model_text} GPU')}, {cpu} "
                 f"and {replica.memory_bytes / _GIB:.1f} GiB of free memory at once")
     if models:
         return f"not enough free{model_text} GPUs"

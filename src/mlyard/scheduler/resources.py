@@ -6,20 +6,31 @@ see what is left. Nodes are also indexed by their number of free GPUs so that
 best-fit placement on a thousand-node cluster looks at a handful of nodes, not
 all of them; cluster-wide totals are kept for the same reason (a gang bigger
 than everything free is rejected without looking at any node).
+
+CPUs are counted two ways. ``cpu_ids`` are the cores no replica holds any of: whole-core
+requests take from them only, and the totals count them. A request below one core takes
+a share, in thousandths, of one core in sharing mode (``shared``: core id -> free
+millicores): one that still has room, or a wholly free core that enters sharing mode.
+A core whose last share is given back is wholly free again.
 """
 
 from __future__ import annotations
 
+from bisect import bisect_left, insort
 from collections.abc import Hashable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from itertools import islice
 
-from .snapshot import ClusterSnapshot, Labels, Node, ReplicaPlacement
+from .snapshot import MILLICORES, ClusterSnapshot, Labels, Node, ReplicaPlacement
 
 
 @dataclass
 class NodeFree:
-    """Unallocated resources of one node; id lists are kept sorted ascending."""
+    """Unallocated resources of one node; id lists are kept sorted ascending.
+
+    ``cpu_ids`` are the wholly free cores; ``shared`` the cores in sharing mode, each with
+    the millicores it has left (0: full).
+    """
 
     name: str
     cpu_ids: list[int]
@@ -27,10 +38,32 @@ class NodeFree:
     memory_bytes: int
     gpu_model: str = ""
     labels: Mapping[str, str] = field(default_factory=Labels)
+    shared: dict[int, int] = field(default_factory=dict)
 
     def counts(self) -> tuple[int, int, int]:
         """Return ``(free gpus, free cores, free memory bytes)``."""
         return len(self.gpu_ids), len(self.cpu_ids), self.memory_bytes
+
+
+def _take_share(view: NodeFree, core: int, millicores: int) -> None:
+    """Take ``millicores`` of ``core``: whatever of it is free (a record may be stale)."""
+    room = view.shared.get(core)
+    if room is not None:
+        view.shared[core] = room - millicores if room > millicores else 0
+        return
+    free_ids = view.cpu_ids
+    at = bisect_left(free_ids, core)
+    if at < len(free_ids) and free_ids[at] == core:
+        del free_ids[at]
+        view.shared[core] = MILLICORES - millicores if millicores < MILLICORES else 0
+
+
+def _close_shared(view: NodeFree, held: tuple[int, ...]) -> None:
+    """Whole cores taken that a view has in sharing mode (a stale record): nothing is left of them."""
+    shared = view.shared
+    for core in held:
+        if core in shared:
+            shared[core] = 0
 
 
 def _remove_ids(free_ids: list[int], held: tuple[int, ...]) -> None:
@@ -110,7 +143,13 @@ class FreeResources:
                 # Removing each placement's ids in turn leaves the same ids as removing their
                 # union, and is cheaper: placement hands out a node's lowest free ids, so a
                 # running job usually holds a prefix of what the jobs before it left.
-                _remove_ids(view.cpu_ids, placement.cpu_ids)
+                if placement.cpu_millicores:
+                    if placement.cpu_ids:
+                        _take_share(view, placement.cpu_ids[0], placement.cpu_millicores)
+                else:
+                    if view.shared:
+                        _close_shared(view, placement.cpu_ids)
+                    _remove_ids(view.cpu_ids, placement.cpu_ids)
                 _remove_ids(view.gpu_ids, placement.gpu_ids)
                 held_memory[name] = held_memory.get(name, 0) + placement.memory_bytes
         for name, memory in held_memory.items():
@@ -238,13 +277,31 @@ class FreeResources:
         """
         placements = tuple(placements)
         wanted: dict[str, tuple[set[int], set[int], int]] = {}
+        shares: dict[tuple[str, int], int] = {}  # (node, core) -> millicores this call takes of it
         for placement in placements:
             node = self._nodes.get(placement.node)
             if node is None:
                 raise ValueError(f"unknown node {placement.node!r}")
             cpus, gpus, memory = wanted.get(placement.node, (set(), set(), 0))
+            whole_cpus = placement.cpu_ids
+            if placement.cpu_millicores:
+                whole_cpus = ()
+                if len(placement.cpu_ids) != 1:
+                    raise ValueError(f"a share of a core names one core, not {placement.cpu_ids}")
+                core = placement.cpu_ids[0]
+                room = node.shared.get(core)
+                if room is None:
+                    room = MILLICORES if core in node.cpu_ids and core not in cpus else 0
+                share = shares.get((node.name, core), 0) + placement.cpu_millicores
+                if share > room:
+                    raise ValueError(f"core {core} on {node.name} has no {placement.cpu_millicores} millicores free")
+                shares[(node.name, core)] = share
+            elif node.shared or shares:
+                for core in whole_cpus:
+                    if core in node.shared or (node.name, core) in shares:
+                        raise ValueError(f"core {core} on {node.name} is not free")
             for kind, held, taken, free_ids in (
-                ("core", placement.cpu_ids, cpus, node.cpu_ids),
+                ("core", whole_cpus, cpus, node.cpu_ids),
                 ("GPU", placement.gpu_ids, gpus, node.gpu_ids),
             ):
                 # Set operations first: the id-by-id test against the free list (a scan per id)
@@ -284,10 +341,16 @@ class FreeResources:
             # Placement hands out a node's lowest free ids, so a start usually takes a prefix
             # (``_remove_ids``, its common case inlined: this runs for every start).
             held = placement.cpu_ids
-            if tuple(free_cpus[: len(held)]) == held:
-                del free_cpus[: len(held)]
+            if placement.cpu_millicores:
+                if held:
+                    _take_share(node, held[0], placement.cpu_millicores)
             else:
-                _remove_ids(free_cpus, held)
+                if node.shared:
+                    _close_shared(node, held)
+                if tuple(free_cpus[: len(held)]) == held:
+                    del free_cpus[: len(held)]
+                else:
+                    _remove_ids(free_cpus, held)
             held = placement.gpu_ids
             if tuple(free_gpus[: len(held)]) == held:
                 del free_gpus[: len(held)]
@@ -308,7 +371,24 @@ class FreeResources:
                 continue
             before = len(node.gpu_ids)
             cores_before = len(node.cpu_ids)
-            for held, free_ids in ((placement.cpu_ids, node.cpu_ids), (placement.gpu_ids, node.gpu_ids)):
+            shared = node.shared
+            if placement.cpu_millicores:
+                # A share goes back to its core; the core is wholly free once every share is back.
+                # A core that is not in sharing mode here is not the share's to give back.
+                core = placement.cpu_ids[0] if placement.cpu_ids else None
+                room = shared.get(core) if core is not None else None
+                if room is not None:
+                    room += placement.cpu_millicores
+                    if room >= MILLICORES:
+                        del shared[core]
+                        insort(node.cpu_ids, core)
+                    else:
+                        shared[core] = room
+                cpu_ids: tuple[int, ...] = ()
+            else:
+                # A whole core in sharing mode here holds others' shares: it stays theirs.
+                cpu_ids = placement.cpu_ids if not shared else tuple(i for i in placement.cpu_ids if i not in shared)
+            for held, free_ids in ((cpu_ids, node.cpu_ids), (placement.gpu_ids, node.gpu_ids)):
                 added = [resource_id for resource_id in held if resource_id not in free_ids]
                 if added:
                     free_ids.extend(added)
@@ -321,7 +401,7 @@ class FreeResources:
         if node is None or name in self._owned:
             return node
         node = NodeFree(node.name, list(node.cpu_ids), list(node.gpu_ids), node.memory_bytes, node.gpu_model,
-                        node.labels)
+                        node.labels, dict(node.shared))
         self._nodes[name] = node
         self._buckets[len(node.gpu_ids)][name] = node
         self._owned.add(name)

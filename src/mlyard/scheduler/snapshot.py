@@ -18,12 +18,27 @@ from dataclasses import dataclass, field
 _CORE_TOLERANCE = 1e-9
 
 
+MILLICORES = 1000
+"""A core in thousandths: what a request below one core is counted in (``ReplicaRequest.millicores``)."""
+
+
 def whole_cores(cpu: float) -> int:
     """Return the number of dedicated cores a request of ``cpu`` cores is pinned to.
 
-    This is ``ceil(cpu)``, tolerant of float noise just above an integer.
+    This is ``ceil(cpu)``, tolerant of float noise just above an integer, for a request of
+    one core or more; a request below one core shares a core instead (``shared_millicores``).
     """
+    if 0 < cpu < 1:
+        return 0
     return max(0, math.ceil(cpu - _CORE_TOLERANCE))
+
+
+def shared_millicores(cpu: float) -> int:
+    """The share of one core, in thousandths, a request below one core holds; 0 for a whole-core request."""
+    if 0 < cpu < 1:
+        # Below one core even where it rounds up to a whole one: a share is never a whole core.
+        return min(MILLICORES - 1, max(1, round(cpu * MILLICORES)))
+    return 0
 
 
 class Labels(Mapping[str, str]):
@@ -99,8 +114,10 @@ class Node:
 class ReplicaRequest:
     """What one replica of a job needs.
 
-    ``cpu`` may be fractional; the replica is still pinned to
-    ``whole_cores(cpu)`` cores that no other replica shares (see ``cores``).
+    ``cpu`` of one core or more is pinned to ``whole_cores(cpu)`` cores that no other
+    replica shares (see ``cores``); a fractional one above it (1.5) still gets whole cores.
+    Below one core (0.25) the replica holds ``millicores`` thousandths of one core that it
+    shares with other such replicas (``cores`` is 0 then).
     """
 
     role: str
@@ -112,16 +129,22 @@ class ReplicaRequest:
     """GPU models this replica accepts; empty: any. Only constrains replicas with ``gpu > 0``."""
     cores: int = field(init=False, repr=False, compare=False, hash=False)
     """Number of dedicated cores this replica is pinned to (``whole_cores(cpu)``)."""
-    shape: tuple[int, int, int, tuple[str, ...]] = field(init=False, repr=False, compare=False, hash=False)
-    """``(gpu, cores, memory_bytes, gpu_models)``: replicas of equal shape are interchangeable."""
+    millicores: int = field(init=False, repr=False, compare=False, hash=False)
+    """Thousandths of one shared core this replica holds (``shared_millicores(cpu)``); 0: whole cores."""
+    shape: tuple[int, float, int, tuple[str, ...]] = field(init=False, repr=False, compare=False, hash=False)
+    """``(gpu, cpu held, memory_bytes, gpu_models)``: replicas of equal shape are interchangeable. The
+    CPU is ``cores``, or ``millicores / 1000`` (never a whole number) for a share of a core."""
 
     def __post_init__(self) -> None:
         if self.cpu < 0 or self.memory_bytes < 0 or self.gpu < 0:
             raise ValueError(f"replica {self.name}: resource requests must be >= 0")
         _freeze_tuple(self, "gpu_models")
         # Computed once: placement asks for them many times per round.
-        object.__setattr__(self, "cores", whole_cores(self.cpu))
-        object.__setattr__(self, "shape", (self.gpu, self.cores, self.memory_bytes, self.gpu_models))
+        cores, share = whole_cores(self.cpu), shared_millicores(self.cpu)
+        object.__setattr__(self, "cores", cores)
+        object.__setattr__(self, "millicores", share)
+        object.__setattr__(self, "shape", (self.gpu, share / MILLICORES if share else cores, self.memory_bytes,
+                                           self.gpu_models))
 
     @property
     def name(self) -> str:
@@ -140,7 +163,9 @@ class PendingJob:
     ``max_runtime`` is the user's limit (used by backfill); ``expected_duration`` is
     the true remaining-free run time, known only to a simulator (``srtf-oracle``).
     An elastic job lists its replicas at maximum size and may start with only the
-    first ``min_replicas`` of them.
+    first ``min_replicas`` of them. ``same_node``: every replica on one node;
+    ``same_topology``: a node label, every replica on nodes with one value of it (and
+    the label). The job waits, with a reason, rather than be placed otherwise.
     """
 
     job_id: int
@@ -155,9 +180,13 @@ class PendingJob:
     max_runtime: float | None = None
     expected_duration: float | None = None
     min_replicas: int | None = None
-    shape: tuple[tuple[int, int, int, tuple[str, ...]], ...] = field(
+    same_node: bool = False
+    same_topology: str | None = None
+    shape: tuple[tuple[int, float, int, tuple[str, ...]], ...] = field(
         init=False, repr=False, compare=False, hash=False)
-    """Shapes of the replicas of ``smallest_gang``: equal shapes place alike."""
+    """Shapes of the replicas of ``smallest_gang``: equal shapes place alike (without constraints)."""
+    gang_key: tuple = field(init=False, repr=False, compare=False, hash=False)
+    """``shape``, with the placement constraints when there are any: equal keys place alike."""
     waiting_since: float = field(init=False, repr=False, compare=False, hash=False)
     """When the job last became pending: ``queued_since``, or ``submitted_at`` if never run."""
 
@@ -165,7 +194,10 @@ class PendingJob:
         _freeze_tuple(self, "replicas")
         if self.min_replicas is not None and not 1 <= self.min_replicas <= len(self.replicas):
             raise ValueError(f"job {self.job_id}: min_replicas must be between 1 and {len(self.replicas)}")
-        object.__setattr__(self, "shape", tuple(replica.shape for replica in self.smallest_gang))
+        shape = tuple(replica.shape for replica in self.smallest_gang)
+        object.__setattr__(self, "shape", shape)
+        constrained = self.same_node or self.same_topology
+        object.__setattr__(self, "gang_key", (shape, self.same_node, self.same_topology) if constrained else shape)
         object.__setattr__(self, "waiting_since", self.submitted_at if self.queued_since is None else self.queued_since)
 
     @property
@@ -184,6 +216,9 @@ class ReplicaPlacement:
     cpu_ids: tuple[int, ...]
     gpu_ids: tuple[int, ...]
     memory_bytes: int
+    cpu_millicores: int = 0
+    """0: ``cpu_ids`` are the replica's own, whole cores. Otherwise the replica holds this many
+    thousandths of its one core, ``cpu_ids[0]``, which it shares with other such replicas."""
 
     def __post_init__(self) -> None:
         # _freeze_tuple, inlined: every start of a round builds these.
@@ -191,6 +226,11 @@ class ReplicaPlacement:
             object.__setattr__(self, "cpu_ids", tuple(self.cpu_ids))
         if type(self.gpu_ids) is not tuple:
             object.__setattr__(self, "gpu_ids", tuple(self.gpu_ids))
+
+    @property
+    def cpu(self) -> float:
+        """Cores held: whole ones counted one each, a share of one core as its fraction."""
+        return self.cpu_millicores / MILLICORES if self.cpu_millicores else len(self.cpu_ids)
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,7 +242,8 @@ class RunningJob:
     (preemption, cancellation, resize) is already under way: it still holds its
     resources but is never chosen as a victim again. An elastic job names its
     ``min_replicas`` and, in ``grow_replicas``, the requests of the replicas it could
-    still add (in order), so the scheduler can grow or shrink it.
+    still add (in order), so the scheduler can grow or shrink it; what it adds keeps to
+    its placement constraints (``same_node``, ``same_topology``, as ``PendingJob``'s).
     """
 
     job_id: int
@@ -219,6 +260,8 @@ class RunningJob:
     stopping: bool = False
     min_replicas: int | None = None
     grow_replicas: tuple[ReplicaRequest, ...] = ()
+    same_node: bool = False
+    same_topology: str | None = None
 
     def __post_init__(self) -> None:
         _freeze_tuple(self, "placements")

@@ -10,9 +10,11 @@ work an earlier job of the same shape already did in this round.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from .config import SchedulerConfig
+from .placement import place_gang
 from .policies import Policy
 from .quotas import QueueBook, held_amounts
 from .resources import FreeResources
@@ -94,9 +96,9 @@ class RoundState:
     never: dict[int, str | None] = field(default_factory=dict)
     demands: dict[int, Amounts] = field(default_factory=dict)
     # Jobs waiting for resources, worded at the end (see ``defer``): their ids per
-    # (shape, better jobs ahead), a gang of each shape, and the tails of a few reasons.
+    # (shape, better jobs ahead), a job of each shape, and the tails of a few reasons.
     deferred: dict[tuple[int, int], list[int]] = field(default_factory=dict)
-    deferred_gangs: dict[int, tuple[ReplicaRequest, ...]] = field(default_factory=dict)
+    deferred_jobs: dict[int, PendingJob] = field(default_factory=dict)
     deferred_tails: dict[int, str] = field(default_factory=dict)
     # Deferred jobs that hold no placeholder in ``waiting`` yet, in order.
     unplaced: list[int] = field(default_factory=list)
@@ -155,8 +157,14 @@ class RoundState:
         bucket = self.deferred.get((shape, better_ahead))
         if bucket is None:
             bucket = self.deferred[(shape, better_ahead)] = []
-            self.deferred_gangs.setdefault(shape, job.smallest_gang)
+            self.deferred_jobs.setdefault(shape, job)
         return bucket
+
+    def place(self, free: FreeResources, job: PendingJob | RunningJob,
+              gang: Sequence[ReplicaRequest]) -> tuple[ReplicaPlacement, ...] | None:
+        """``place_gang`` for ``job``'s ``gang`` in ``free``, keeping the job's placement constraints."""
+        return place_gang(free, gang, topology_key=self.config.topology_key, same_node=job.same_node,
+                          same_topology=job.same_topology)
 
     # ----------------------------------------------------------------- views
     def future_view(self) -> FreeResources:

@@ -73,10 +73,11 @@ def preemption_unsignalled(attempt: AttemptRow) -> bool:
 
 
 def service_rate(replicas: Iterable[ReplicaRow]) -> float:
-    """Service units per second of run time: the GPUs held, or the cores if no GPU is held."""
+    """Service units per second of run time: the GPUs held, or the cores if no GPU is held (a
+    share of a core as its fraction)."""
     held = list(replicas)
     gpus = sum(len(replica.gpu_ids) for replica in held)
-    return float(gpus if gpus else sum(len(replica.cpu_ids) for replica in held))
+    return float(gpus if gpus else sum(replica.cpu for replica in held))
 
 
 def attempt_started_at(attempt: AttemptRow) -> float:

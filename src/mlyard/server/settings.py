@@ -26,6 +26,7 @@ DEFAULT_MINUTE_SAMPLE_RETENTION = 30 * 24 * 3600.0
 DEFAULT_IDLE_GPU_UTILIZATION = 10.0
 DEFAULT_IDLE_AFTER = 30 * 60.0
 DEFAULT_INTERACTIVE_IDLE_TIMEOUT = 3600.0
+DEFAULT_CONNECTION_GRACE = 120.0
 DEFAULT_AUDIT_RETENTION = 365 * 24 * 3600.0
 DEFAULT_MAX_REQUEST_BYTES = 1024 * 1024
 BACKENDS = ("local", "kubernetes")
@@ -129,6 +130,10 @@ class ServerSettings:
     interactive_idle_timeout_seconds: float = DEFAULT_INTERACTIVE_IDLE_TIMEOUT
     """An interactive job without an `idle_timeout` of its own is stopped after this long idle
     (MLYARD_INTERACTIVE_IDLE_TIMEOUT); 0: never."""
+    connection_grace_seconds: float = DEFAULT_CONNECTION_GRACE
+    """A multi-replica PyTorch job on this machine whose replicas have not all connected to rank
+    0's MASTER_PORT this long after it started running gets a warning (MLYARD_CONNECTION_GRACE,
+    `workers/connections.py`); 0 switches the check off."""
     audit_retention_seconds: float = DEFAULT_AUDIT_RETENTION
     """Audit events older than this are deleted (MLYARD_AUDIT_RETENTION); 0: kept forever."""
     job_users: str = "auto"
@@ -232,6 +237,7 @@ class ServerSettings:
         idle_gpu = environment.get("MLYARD_IDLE_GPU_UTILIZATION")
         idle_after = environment.get("MLYARD_IDLE_AFTER")
         interactive_timeout = environment.get("MLYARD_INTERACTIVE_IDLE_TIMEOUT")
+        connection_grace = environment.get("MLYARD_CONNECTION_GRACE")
         audit_retention = environment.get("MLYARD_AUDIT_RETENTION")
         return cls(
             paths=Paths(home_directory()),
@@ -267,6 +273,8 @@ class ServerSettings:
             interactive_idle_timeout_seconds=(
                 _duration_or_zero("MLYARD_INTERACTIVE_IDLE_TIMEOUT", interactive_timeout) if interactive_timeout
                 else DEFAULT_INTERACTIVE_IDLE_TIMEOUT),
+            connection_grace_seconds=(_duration_or_zero("MLYARD_CONNECTION_GRACE", connection_grace)
+                                      if connection_grace else DEFAULT_CONNECTION_GRACE),
             audit_retention_seconds=(_duration_or_zero("MLYARD_AUDIT_RETENTION", audit_retention) if audit_retention
                                      else DEFAULT_AUDIT_RETENTION),
             job_users=environment.get("MLYARD_JOB_USERS", "").strip() or "auto",

@@ -119,9 +119,10 @@ def fits_on_distinct_nodes(replicas: Sequence[ReplicaRequest], types: Sequence[S
     """
     left = [list(kind) for kind in types]  # smallest nodes first: best fit keeps big ones
     for replica in sorted(replicas, key=lambda r: (r.gpu, r.cores, r.memory_bytes), reverse=True):
+        wanted_cores = replica.cores or (1 if replica.millicores else 0)  # a share takes a core of an empty node
         for kind in left:
             gpus, cores, memory, model, count = kind
-            if count and gpus >= replica.gpu and cores >= replica.cores and memory >= replica.memory_bytes and (
+            if count and gpus >= replica.gpu and cores >= wanted_cores and memory >= replica.memory_bytes and (
                     not replica.gpu or not replica.gpu_models or model in replica.gpu_models):
                 kind[4] -= 1
                 break

@@ -54,7 +54,8 @@ class JobState:
         self.job_min_replicas = job.min_replicas
         gpus = sum(replica.gpu for replica in replicas)
         # Service is GPU-seconds, or core-seconds for a job without GPUs, as the scheduler counts it.
-        self.asked_units = gpus if gpus else sum(replica.cores for replica in replicas)
+        # (a share of a core counts as its fraction: ``shape[1]`` is the CPU a replica holds)
+        self.asked_units = gpus if gpus else sum(replica.shape[1] for replica in replicas)
         self.phase = PENDING
         self.stopping = False
         self.version = 0
@@ -85,7 +86,7 @@ class JobState:
         self.placements = placements
         self.gpus_held = sum(len(placement.gpu_ids) for placement in placements)
         gpu_job = any(replica.gpu for replica in self.replicas)
-        self.units_held = self.gpus_held if gpu_job else sum(len(placement.cpu_ids) for placement in placements)
+        self.units_held = self.gpus_held if gpu_job else sum(placement.cpu for placement in placements)
         self.rate = self.units_held / self.asked_units if self.asked_units else 1.0
         self.since = self.held_since = now
 

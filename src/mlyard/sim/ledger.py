@@ -20,10 +20,12 @@ class SimulationError(RuntimeError):
 
 
 class _NodeLedger:
-    __slots__ = ("capacity", "cpus", "gpus", "memory", "model")
+    __slots__ = ("capacity", "cpus", "gpus", "memory", "model", "shares")
 
     def __init__(self, node: Node) -> None:
         self.cpus = set(node.cpu_ids)
+        self.shares: dict[int, int] = {}
+        """Cores that replicas below one core share: core id -> millicores handed out of it."""
         self.gpus = set(node.gpu_ids)
         self.memory = node.memory_bytes
         self.model = node.gpu_model
@@ -51,7 +53,10 @@ class Ledger:
         where = f"replica {replica.name} on {placement.node}"
         if len(placement.gpu_ids) != replica.gpu:
             raise SimulationError(f"{what}: {where} gets {len(placement.gpu_ids)} GPUs but asks for {replica.gpu}")
-        if len(placement.cpu_ids) != replica.cores:
+        if placement.cpu_millicores != replica.millicores:
+            raise SimulationError(f"{what}: {where} gets {placement.cpu_millicores} millicores of a shared core but "
+                                  f"asks for {replica.millicores}")
+        if len(placement.cpu_ids) != (1 if replica.millicores else replica.cores):
             raise SimulationError(f"{what}: {where} gets {len(placement.cpu_ids)} cores but asks for "
                                   f"{replica.cores}")
         if placement.memory_bytes != replica.memory_bytes:
@@ -61,14 +66,28 @@ class Ledger:
             raise SimulationError(f"{what}: {where} needs a GPU model in {list(replica.gpu_models)} but the node "
                                   f"has {node.model or 'an unknown model'}")
         self._check_ids(job_id, placement, "gpu", placement.gpu_ids, node.gpus, what)
-        self._check_ids(job_id, placement, "cpu", placement.cpu_ids, node.cpus, what)
+        whole = () if placement.cpu_millicores else placement.cpu_ids
+        self._check_ids(job_id, placement, "cpu", whole, node.cpus, what)
+        if placement.cpu_millicores:
+            (core,) = placement.cpu_ids
+            shared = node.shares.get(core)
+            if shared is None and core not in node.cpus:
+                holder = self.holders.get((placement.node, "cpu", core))
+                raise SimulationError(f"{what}: core {core} on {placement.node} "
+                                      + ("does not exist" if holder is None else f"is held whole by job {holder}"))
+            left = 1000 - (shared or 0)
+            if placement.cpu_millicores > left:
+                raise SimulationError(f"{what}: core {core} on {placement.node} has {left} millicores left, "
+                                      f"not {placement.cpu_millicores}")
         if placement.memory_bytes > node.memory:
             raise SimulationError(f"{what}: {where} needs {placement.memory_bytes} bytes of memory but only "
                                   f"{node.memory} are free")
         node.gpus.difference_update(placement.gpu_ids)
         node.cpus.difference_update(placement.cpu_ids)
+        if placement.cpu_millicores:
+            node.shares[placement.cpu_ids[0]] = node.shares.get(placement.cpu_ids[0], 0) + placement.cpu_millicores
         node.memory -= placement.memory_bytes
-        for kind, ids in (("gpu", placement.gpu_ids), ("cpu", placement.cpu_ids)):
+        for kind, ids in (("gpu", placement.gpu_ids), ("cpu", whole)):
             for resource in ids:
                 self.holders[placement.node, kind, resource] = job_id
 
@@ -93,9 +112,17 @@ class Ledger:
         for placement in placements:
             node = self._nodes[placement.node]
             node.gpus.update(placement.gpu_ids)
-            node.cpus.update(placement.cpu_ids)
+            whole = placement.cpu_ids
+            if placement.cpu_millicores:
+                whole = ()
+                core = placement.cpu_ids[0]
+                node.shares[core] -= placement.cpu_millicores
+                if not node.shares[core]:  # the last share back: the core is wholly free again
+                    del node.shares[core]
+                    node.cpus.add(core)
+            node.cpus.update(whole)
             node.memory += placement.memory_bytes
-            for kind, ids in (("gpu", placement.gpu_ids), ("cpu", placement.cpu_ids)):
+            for kind, ids in (("gpu", placement.gpu_ids), ("cpu", whole)):
                 for resource in ids:
                     del self.holders[placement.node, kind, resource]
 
@@ -103,7 +130,7 @@ class Ledger:
         """Assert the books balance on every node: nothing free twice, nothing beyond capacity."""
         for name, node in self._nodes.items():
             cores, gpus, memory = node.capacity
-            held_cpus = sum(1 for key in self.holders if key[0] == name and key[1] == "cpu")
+            held_cpus = sum(1 for key in self.holders if key[0] == name and key[1] == "cpu") + len(node.shares)
             held_gpus = sum(1 for key in self.holders if key[0] == name and key[1] == "gpu")
             if len(node.cpus) + held_cpus != cores or len(node.gpus) + held_gpus != gpus:
                 raise SimulationError(f"ledger of {name} is inconsistent: free and held ids do not add up")

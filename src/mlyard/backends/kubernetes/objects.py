@@ -146,7 +146,9 @@ def _container(launch: AttemptLaunch, replica: ReplicaLaunch, settings: Kubernet
     if settings.max_log_bytes is not None:
         command += ["--max-log-bytes", str(settings.max_log_bytes)]
     command += ["--", *replica.command]
-    quantities = {"cpu": str(len(replica.cpu_ids)), "memory": str(replica.memory_bytes)}
+    # A replica below one core asks for its share of one (250m): the kubelet's CFS quota holds it there.
+    cpu = f"{replica.cpu_millicores}m" if replica.cpu_millicores else str(len(replica.cpu_ids))
+    quantities = {"cpu": cpu, "memory": str(replica.memory_bytes)}
     if not replica.cpu_ids:
         del quantities["cpu"]
     if replica.gpu_ids:

@@ -119,7 +119,9 @@ class LocalBackend(Backend):
         self.gpus = local_gpus() if gpus is None else gpus
         self.node_name = socket.gethostname() or "local"
         self.memory_parent, memory_note = cgroups.detect_memory_parent()
-        self.notes = ((memory_note,) if memory_note else ()) + tuple(notes)
+        # A replica below one core shares its core with others, held to its share by a CPU quota.
+        self.cpu_parent, cpu_note = cgroups.detect_cpu_parent()
+        self.notes = tuple(note for note in (memory_note, cpu_note) if note) + tuple(notes)
         self._children: dict[int, subprocess.Popen] = {}
         self.max_log_bytes = max_log_bytes
         self.job_accounts = job_accounts
@@ -202,6 +204,8 @@ class LocalBackend(Backend):
             if self.hide_home is not None else (),
             keep_read_only=self._virtualenv_of(replica),
             processes=copies_to_start(replica.command, replica.processes),
+            cpu_quota_millicores=replica.cpu_millicores or None,
+            cpu_cgroup_parent=self.cpu_parent if replica.cpu_millicores else None,
         )
         return ProcessPlan(replica=replica, argv=(sys.executable, "-m", LAUNCHER_MODULE, str(replica.directory)),
                            config=config)
@@ -474,13 +478,15 @@ class LocalBackend(Backend):
 
     def _kill_cgroup(self, ref: ReplicaRef) -> None:
         """Processes that left their process group are still in the replica's cgroup."""
-        if self.memory_parent is None:
-            return
         directory = ref.directory
-        cgroup = self.memory_parent / cgroup_name(directory.parent.parent.name, directory.parent.name, directory.name)
-        if cgroup.is_dir():
-            # Short: the controller waits on this; a busy cgroup is retried on a later pass.
-            cgroups.remove_cgroup(cgroup, timeout=0.2)
+        name = cgroup_name(directory.parent.parent.name, directory.parent.name, directory.name)
+        for parent in dict.fromkeys((self.memory_parent, self.cpu_parent)):  # one on cgroup v2
+            if parent is None:
+                continue
+            cgroup = parent / name
+            if cgroup.is_dir():
+                # Short: the controller waits on this; a busy cgroup is retried on a later pass.
+                cgroups.remove_cgroup(cgroup, timeout=0.2)
 
 
 def cgroup_name(job_id: int | str, attempt: int | str, replica: str) -> str:

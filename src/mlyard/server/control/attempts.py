@@ -23,7 +23,11 @@ def start_text(decision: StartJob, spec: JobSpec) -> str:
     """The SCHEDULED event: why the scheduler chose the job (if it said) and where it runs."""
     parts = []
     for placement in decision.placements:
-        text = f"{placement.role}-{placement.index} on {placement.node} cpus {','.join(map(str, placement.cpu_ids))}"
+        if placement.cpu_millicores:
+            cpus = f"{placement.cpu_millicores / 1000:g} of cpu {','.join(map(str, placement.cpu_ids))}"
+        else:
+            cpus = f"cpus {','.join(map(str, placement.cpu_ids))}"
+        text = f"{placement.role}-{placement.index} on {placement.node} {cpus}"
         if placement.gpu_ids:
             text += f" gpus {','.join(map(str, placement.gpu_ids))}"
         parts.append(text)

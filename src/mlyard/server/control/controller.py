@@ -387,7 +387,7 @@ class Controller:
             row = ReplicaRow(
                 attempt_id=attempt.id, job_id=job.id, role=placement.role, index=placement.index, rank=rank,
                 node=placement.node, cpu_ids=list(placement.cpu_ids), gpu_ids=list(placement.gpu_ids),
-                memory_bytes=placement.memory_bytes, state="pending",
+                cpu_millicores=placement.cpu_millicores, memory_bytes=placement.memory_bytes, state="pending",
                 directory=str(self.settings.paths.replica_directory(job.id, attempt.number, name)),
             )
             session.add(row)
@@ -397,7 +397,7 @@ class Controller:
                 address=self.backend.replica_address(job.id, attempt.number, name, placement.node,
                                                      addresses[placement.node]),
                 port=replica_ports[rank],
-                cpu_count=len(placement.cpu_ids), gpu_ids=tuple(placement.gpu_ids),
+                cpu_count=max(1, len(placement.cpu_ids)), gpu_ids=tuple(placement.gpu_ids),
                 processes=roles[placement.role].processes,
             ))
         session.flush()

@@ -65,7 +65,7 @@ def attempt_launch(job: JobRow, attempt: AttemptRow, spec: JobSpec, rows: Sequen
         replicas=tuple(
             ReplicaLaunch(
                 replica_id=row.id, name=row.name, rank=row.rank, node=row.node, cpu_ids=tuple(row.cpu_ids),
-                gpu_ids=tuple(row.gpu_ids), memory_bytes=row.memory_bytes,
+                cpu_millicores=row.cpu_millicores or 0, gpu_ids=tuple(row.gpu_ids), memory_bytes=row.memory_bytes,
                 command=tuple(spec.command_for(roles[row.role])), env=environment,
                 directory=paths.replica_directory(job.id, attempt.number, row.name),
                 snapshot=blobs.path_for(job.snapshot) if job.snapshot else None,

@@ -10,7 +10,6 @@ smallest size.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
@@ -51,7 +50,7 @@ def admit(queued: Iterable[JobRow], holding: Iterable[AttemptRow], projects: Map
         usage.jobs += 1
         for replica in attempt.replicas:
             usage.gpu += len(replica.gpu_ids)
-            usage.cpu += len(replica.cpu_ids)
+            usage.cpu += replica.cpu
             usage.memory += replica.memory_bytes
     admitted: list[JobRow] = []
     reasons: dict[int, str] = {}
@@ -61,11 +60,11 @@ def admit(queued: Iterable[JobRow], holding: Iterable[AttemptRow], projects: Map
             admitted.append(job)
             continue
         gang = smallest_gang(specs[job.id])
-        # Whole cores: that is what a replica holds, and what the running jobs are counted in.
-        wanted = {"gpu": sum(replica.gpu for replica in gang), "cpu": sum(math.ceil(replica.cpu) for replica in gang),
+        # Whole cores, or a share of one: what a replica holds, and what running jobs are counted in.
+        wanted = {"gpu": sum(replica.gpu for replica in gang), "cpu": sum(replica.shape[1] for replica in gang),
                   "memory": sum(replica.memory_bytes for replica in gang), "jobs": 1}
         over = [resource for resource, limit in limits.items()
-                if limit is not None and getattr(usage, resource) + wanted[resource] > limit]
+                if limit is not None and getattr(usage, resource) + wanted[resource] > limit + 1e-9]
         if over:
             resource = over[0]
             label = "running jobs" if resource == "jobs" else resource

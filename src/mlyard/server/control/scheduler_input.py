@@ -1,8 +1,8 @@
 """Turns database rows into the scheduler's `ClusterSnapshot` (and nothing else).
 
 Service is counted the way the scheduler counts it (`lifecycle.service_rate`): GPU-seconds for a
-job that holds GPUs, core-seconds (whole pinned cores) for one that does not. Specs come parsed,
-from `Database.specs`.
+job that holds GPUs, core-seconds (whole pinned cores, a share of a core as its fraction) for one
+that does not. Specs come parsed, from `Database.specs`.
 """
 
 from __future__ import annotations
@@ -62,6 +62,8 @@ def pending_job(row: JobRow, spec: JobSpec) -> PendingJob:
         queued_since=row.queued_since,
         max_runtime=spec.max_runtime,
         min_replicas=spec.elastic.min_replicas if spec.elastic is not None else None,
+        same_node=spec.placement.same_node,
+        same_topology=spec.placement.same_topology,
     )
 
 
@@ -79,6 +81,7 @@ def running_job(attempt: AttemptRow, spec: JobSpec) -> RunningJob:
                 cpu_ids=tuple(replica.cpu_ids),
                 gpu_ids=tuple(replica.gpu_ids),
                 memory_bytes=replica.memory_bytes,
+                cpu_millicores=replica.cpu_millicores or 0,
             )
             for replica in attempt.replicas
         ),
@@ -95,6 +98,8 @@ def running_job(attempt: AttemptRow, spec: JobSpec) -> RunningJob:
         grow_replicas=tuple(
             request for request in replica_requests(spec) if (request.role, request.index) not in held
         ) if elastic else (),
+        same_node=spec.placement.same_node,
+        same_topology=spec.placement.same_topology,
     )
 
 

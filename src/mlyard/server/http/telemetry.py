@@ -146,12 +146,13 @@ def job_durations(session: Session) -> Iterable[Metric]:
 
 def node_resources(session: Session) -> Iterable[Metric]:
     """Capacity as the backend reported it, and what holding attempts' replicas hold of it."""
-    held: dict[str, list[int]] = {}
-    for node, cpu_ids, gpu_ids, memory in session.execute(
-            select(ReplicaRow.node, ReplicaRow.cpu_ids, ReplicaRow.gpu_ids, ReplicaRow.memory_bytes)
+    held: dict[str, list[float]] = {}
+    for node, cpu_ids, gpu_ids, memory, share in session.execute(
+            select(ReplicaRow.node, ReplicaRow.cpu_ids, ReplicaRow.gpu_ids, ReplicaRow.memory_bytes,
+                   ReplicaRow.cpu_millicores)
             .join(AttemptRow, ReplicaRow.attempt_id == AttemptRow.id).where(AttemptRow.finished_at.is_(None))):
         totals = held.setdefault(node, [0, 0, 0])
-        totals[0] += len(cpu_ids)
+        totals[0] += share / 1000 if share else len(cpu_ids)  # a share of a core: its fraction
         totals[1] += memory
         totals[2] += len(gpu_ids)
     families = [

@@ -11,11 +11,11 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from sqlalchemy import delete, select
+from sqlalchemy import delete, func, or_, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, selectinload
 
-from mlyard.api.jobs import AttemptInfo, EventInfo, JobDetail, JobInfo, ReplicaInfo
+from mlyard.api.jobs import NOT_CONNECTED, AttemptInfo, EventInfo, JobDetail, JobInfo, ReplicaInfo
 from mlyard.errors import (
     Conflict,
     InvalidRequest,
@@ -43,6 +43,10 @@ from mlyard.spec import JobSpec, JobStatus
 LOG_TAIL_LINES = 20
 IDEMPOTENCY_KEY_LIFETIME = 24 * 3600.0
 """A retry later than this with the same key creates a new job."""
+CONNECTED = "replicas are connected to rank 0"
+"""The start of the event that clears a `NOT_CONNECTED` warning (`workers/connections.py`)."""
+CONNECTION_CHECKS_OFF = "connection warnings are switched off"
+"""The event that clears a `NOT_CONNECTED` warning once the server no longer gives them."""
 
 
 @dataclass(frozen=True)
@@ -147,7 +151,8 @@ def _insert(database: Database, principal: auth.Principal, spec: JobSpec,
             raise InvalidRequest(f"queue {spec.queue!r} belongs to project {queue.project!r}; a job of project "
                                  f"{spec.project!r} cannot use it", field="queue")
         nodes = [scheduler_node(row) for row in session.scalars(select(NodeRow))]
-        reason = unschedulable_reason(tuple(nodes), smallest_gang(spec))
+        reason = unschedulable_reason(tuple(nodes), smallest_gang(spec), same_node=spec.placement.same_node,
+                                      same_topology=spec.placement.same_topology)
         if reason is not None:
             raise Unschedulable(f"job {spec.name!r} can never run here: {reason}", field="roles")
         now = time.time()
@@ -222,7 +227,9 @@ def list_jobs(
     if (visible := principal.visible_projects()) is not None:
         query = query.where(JobRow.project.in_(sorted(visible)))
     with database.transaction() as session:
-        return [job_info(row, principal) for row in session.scalars(query)]
+        rows = list(session.scalars(query))
+        warnings = connection_warnings(session, rows)
+        return [job_info(row, principal, warning=warnings.get(row.id)) for row in rows]
 
 
 def get_job(database: Database, principal: auth.Principal, job_id: int) -> JobDetail:
@@ -235,7 +242,7 @@ def get_job(database: Database, principal: auth.Principal, job_id: int) -> JobDe
         )
         job = auth.visible_job(principal, job, job_id)
         detail = JobDetail(
-            **job_info(job, principal).model_dump(),
+            **job_info(job, principal, warning=connection_warnings(session, [job]).get(job.id)).model_dump(),
             attempts=[attempt_info(attempt) for attempt in job.attempts],
             events=[
                 EventInfo(at=event.at, from_status=event.from_status, to_status=event.to_status, message=event.message)
@@ -268,14 +275,14 @@ def cancel(database: Database, principal: auth.Principal, job_id: int, *, wake: 
         elif job.cancel_requested_at is None:
             job.cancel_requested_at = time.time()
             job.updated_at = job.cancel_requested_at
-        info = job_info(job, principal)
+        info = job_info(job, principal, warning=connection_warnings(session, [job]).get(job.id))
     wake()
     return info
 
 
-def job_info(job: JobRow, viewer: auth.Principal, *, now: float | None = None) -> JobInfo:
+def job_info(job: JobRow, viewer: auth.Principal, *, now: float | None = None, warning: str | None = None) -> JobInfo:
     """The job as the API shows it to `viewer` (`job_specs.shown_spec`); attained service and
-    time include the attempt running now."""
+    time include the attempt running now. `warning`: its standing warning (`connection_warnings`)."""
     spec = JobSpec.model_validate(job.spec)
     now = time.time() if now is None else now
     service, run_time = job.attained_service or 0.0, job.attained_time or 0.0
@@ -307,13 +314,43 @@ def job_info(job: JobRow, viewer: auth.Principal, *, now: float | None = None) -
         restart_at=job.restart_at if job.status == JobStatus.RESTARTING.value else None,
         idle_since=job.idle_since if job.status == JobStatus.RUNNING.value else None,
         idle_reason=job.idle_reason if job.status == JobStatus.RUNNING.value else None,
+        warning=warning if job.status == JobStatus.RUNNING.value else None,
         spec=job_specs.shown_spec(spec, env_visible=job_specs.may_read_env(viewer, job)),
     )
 
 
+def _settles_connection_warning():
+    """Events after which a job's connection warning stands or not: changes of status (a job
+    leaving RUNNING, or running a new attempt, leaves the warning behind), the warning, and what
+    clears it."""
+    same_status = JobEventRow.from_status == JobEventRow.to_status
+    return or_(JobEventRow.from_status.is_(None), JobEventRow.from_status != JobEventRow.to_status,
+               same_status & JobEventRow.message.startswith(NOT_CONNECTED, autoescape=True),
+               same_status & JobEventRow.message.startswith(CONNECTED, autoescape=True),
+               same_status & (JobEventRow.message == CONNECTION_CHECKS_OFF))
+
+
+def connection_warnings(session: Session, jobs: Sequence[JobRow]) -> dict[int, str]:
+    """The standing `NOT_CONNECTED` warning of each RUNNING job of `jobs`, by job id: the
+    message of the warning's event where it is the latest of the events that settle it. The
+    events are the record (`workers/connections.py` adds them), so any server reads the same."""
+    running = [job.id for job in jobs if job.status == JobStatus.RUNNING.value]
+    if not running:
+        return {}
+    latest = (select(func.max(JobEventRow.id)).where(JobEventRow.job_id.in_(running), _settles_connection_warning())
+              .group_by(JobEventRow.job_id))
+    found = session.execute(select(JobEventRow.job_id, JobEventRow.from_status, JobEventRow.to_status,
+                                   JobEventRow.message).where(JobEventRow.id.in_(latest.scalar_subquery())))
+    return {job_id: message for job_id, from_status, to_status, message in found
+            if from_status == to_status and message and message.startswith(NOT_CONNECTED)}
+
+
 def _attempt_exit_code(attempt: AttemptRow) -> int | None:
     """The code of the replica that failed first (the others mostly die of the stop that
-    followed), or 0 when every replica exited 0."""
+    followed), or 0 when every replica exited 0 or the attempt met its success policy (the
+    replicas stopped after it do not count)."""
+    if attempt.stop_outcome == JobStatus.SUCCEEDED.value:
+        return 0
     ended = [replica for replica in attempt.replicas if replica.exit_code is not None]
     failed = [replica for replica in ended if replica.exit_code != 0]
     if failed:
@@ -343,6 +380,7 @@ def attempt_info(attempt: AttemptRow) -> AttemptInfo:
                 pid=replica.pid,
                 exit_code=replica.exit_code,
                 cpu_ids=list(replica.cpu_ids),
+                cpu_millicores=replica.cpu_millicores or 0,
                 gpu_ids=list(replica.gpu_ids),
                 memory_bytes=replica.memory_bytes,
                 started_at=replica.started_at,

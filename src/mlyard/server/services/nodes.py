@@ -53,7 +53,7 @@ def list_nodes(database: Database, principal: auth.Principal) -> list[NodeInfo]:
                     gpus=[GpuInfo(**gpu) for gpu in row.gpus],
                     labels=dict(row.labels),
                     notes=list(row.notes),
-                    allocated_cpus=sum(len(replica.cpu_ids) for replica in mine),
+                    allocated_cpus=_cores_taken(mine),
                     allocated_memory_bytes=sum(replica.memory_bytes for replica in mine),
                     allocated_gpus=sum(len(replica.gpu_ids) for replica in mine),
                     updated_at=row.updated_at,
@@ -62,3 +62,9 @@ def list_nodes(database: Database, principal: auth.Principal) -> list[NodeInfo]:
                 )
             )
         return result
+
+
+def _cores_taken(replicas: list[ReplicaRow]) -> int:
+    """Cores no whole-core request can have: replicas' own ones, and each core they share."""
+    own = sum(len(replica.cpu_ids) for replica in replicas if not replica.cpu_millicores)
+    return own + len({core for replica in replicas if replica.cpu_millicores for core in replica.cpu_ids})

@@ -33,7 +33,7 @@ class _Load:
     """What one queue's jobs hold and which of them wait."""
 
     gpu: int = 0
-    cpu: int = 0
+    cpu: float = 0.0
     memory: int = 0
     running: set[int] = field(default_factory=set)
     waiting: list[WaitingJob] = field(default_factory=list)
@@ -54,7 +54,7 @@ def _loads(session: Session, visible: frozenset[str] | None = None) -> dict[str,
         load.running.add(attempt.job_id)
         for replica in attempt.replicas:
             load.gpu += len(replica.gpu_ids)
-            load.cpu += len(replica.cpu_ids)
+            load.cpu += replica.cpu
             load.memory += replica.memory_bytes
     queued = session.scalars(
         select(JobRow).where(JobRow.status == JobStatus.QUEUED.value).order_by(JobRow.submitted_at, JobRow.id)

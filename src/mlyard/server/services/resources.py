@@ -341,7 +341,7 @@ def _running_job(job: JobRow, attempt: AttemptRow, user: str | None, rows: list[
     usage = RunningJobUsage(
         job_id=job.id, name=job.name, user=user, project=job.project, queue=job.queue, status=job.status,
         replicas=len(replicas), nodes=list(dict.fromkeys(replica.node for replica in replicas)),
-        cpus=sum(len(replica.cpu_ids) for replica in replicas), gpus=sum(len(replica.gpu_ids) for replica in replicas),
+        cpus=sum(replica.cpu for replica in replicas), gpus=sum(len(replica.gpu_ids) for replica in replicas),
         launched_at=attempt.launched_at, measured=len(rows),
     )
     if rows:

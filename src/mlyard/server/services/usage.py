@@ -40,7 +40,7 @@ class _Held:
     owner: str
     project: str
     gpus: int = 0
-    cpus: int = 0
+    cpus: float = 0.0
 
 
 @dataclass
@@ -88,7 +88,7 @@ def _held_attempts(database: Database, since: float, until: float, owner_id: int
     """Attempts that held resources at some moment of [since, until), with their replicas summed."""
     query = (
         select(AttemptRow.id, AttemptRow.launched_at, AttemptRow.finished_at, JobRow.id, JobRow.project,
-               UserRow.name, ReplicaRow.cpu_ids, ReplicaRow.gpu_ids)
+               UserRow.name, ReplicaRow.cpu_ids, ReplicaRow.gpu_ids, ReplicaRow.cpu_millicores)
         .join(JobRow, JobRow.id == AttemptRow.job_id)
         .join(ReplicaRow, ReplicaRow.attempt_id == AttemptRow.id)
         .outerjoin(UserRow, UserRow.id == JobRow.owner_id)
@@ -99,14 +99,14 @@ def _held_attempts(database: Database, since: float, until: float, owner_id: int
         query = query.where(JobRow.owner_id == owner_id)
     attempts: dict[int, _Held] = {}
     with database.transaction() as session:
-        for attempt_id, launched, finished, job_id, project, owner, cpu_ids, gpu_ids in session.execute(query):
+        for attempt_id, launched, finished, job_id, project, owner, cpu_ids, gpu_ids, share in session.execute(query):
             held = attempts.get(attempt_id)
             if held is None:
                 held = attempts[attempt_id] = _Held(
                     start=launched, end=finished if finished is not None else now, job_id=job_id,
                     owner=owner or NO_OWNER, project=project)
             held.gpus += len(gpu_ids or ())
-            held.cpus += len(cpu_ids or ())
+            held.cpus += share / 1000 if share else len(cpu_ids or ())  # a share of a core: its fraction
     return list(attempts.values())
 
 

@@ -23,7 +23,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from mlyard.server.store.specs import SpecCache
 
 MIGRATIONS = Path(__file__).with_name("migrations")
-SCHEMA_REVISION = "0014"
+SCHEMA_REVISION = "0015"
 """The newest migration (a test keeps it equal to Alembic's head): a database already there is
 opened without importing Alembic, which is a good part of a server's start time, and a
 restarted server adopts its running jobs sooner."""

@@ -159,6 +159,8 @@ class ReplicaRow(Base):
     node: Mapped[str] = mapped_column(String(255))
     cpu_ids: Mapped[list[int]] = mapped_column(JSON)
     gpu_ids: Mapped[list[int]] = mapped_column(JSON)
+    cpu_millicores: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    """0: `cpu_ids` are the replica's own cores; else its share, in thousandths, of its one core."""
     memory_bytes: Mapped[int] = mapped_column(BigInteger)
     directory: Mapped[str] = mapped_column(Text)
     state: Mapped[str] = mapped_column(String(16), default="pending")
@@ -175,6 +177,11 @@ class ReplicaRow(Base):
     @property
     def name(self) -> str:
         return f"{self.role}-{self.index}"
+
+    @property
+    def cpu(self) -> float:
+        """Cores held: its own ones, or its share of one."""
+        return self.cpu_millicores / 1000 if self.cpu_millicores else len(self.cpu_ids or ())
 
 
 class JobEventRow(Base):

@@ -1,6 +1,7 @@
 """The leader's sampling thread: measures its node and the replicas running there every
 `sample_interval_seconds`, stores the figures through `services.monitoring`, compacts the
-sample tables every minute, and applies the utilization policies (`idleness.py`) about as often.
+sample tables every minute, applies the utilization policies (`idleness.py`) about as often, and
+every few seconds looks for distributed PyTorch jobs whose replicas never met (`connections.py`).
 
 It belongs to the controller because the controller's server is the one that started (or
 adopted) the local replicas and is the only one that can see their processes; standbys
@@ -19,7 +20,7 @@ from mlyard.api.nodes import GpuUsage, NodeInventory, NodeUsage
 from mlyard.api.resources import ReplicaUsage
 from mlyard.backends.base import Backend
 from mlyard.monitor import Root, Sample, Sampler
-from mlyard.server.workers import idleness
+from mlyard.server.workers import connections, idleness
 from mlyard.server.store.db import Database
 from mlyard.server.loop import Loop
 from mlyard.server.store.rows import AttemptRow, ReplicaRow
@@ -45,6 +46,8 @@ class NodeMonitor:
         self.sampler = Sampler()  # from now on its deltas count
         self._compacted_at = 0.0
         self._idleness_checked_at = 0.0
+        self.connections = connections.ConnectionWatch(node)
+        self._connections_checked_at = 0.0
 
     @classmethod
     def start_for(cls, database: Database, backend: Backend, settings: ServerSettings) -> NodeMonitor | None:
@@ -95,6 +98,10 @@ class NodeMonitor:
         # Judged right after a sample, so the newest figures are in the window.
         if time.time() - self._idleness_checked_at >= idleness.check_interval(self.settings):
             self.check_idleness()
+        # Half a beat of slack: a check every beat must not slip to every other one.
+        if (time.time() - self._connections_checked_at
+                >= connections.check_interval(self.settings) - self.settings.sample_interval_seconds / 2):
+            self.check_connections()
         return self._next_at - time.monotonic()
 
     def sample_once(self) -> Sample[ReplicaKey]:
@@ -123,6 +130,13 @@ class NodeMonitor:
             idleness.check(self.database, self.settings, self._idleness_checked_at)
         except Exception:  # the next check retries; sampling goes on meanwhile
             log.exception("checking for idle jobs failed")
+
+    def check_connections(self) -> None:
+        self._connections_checked_at = time.time()
+        try:
+            self.connections.check(self.database, self.settings, self._connections_checked_at)
+        except Exception:  # the next check retries; sampling goes on meanwhile
+            log.exception("checking the connections of distributed jobs failed")
 
     def compact(self) -> None:
         self._compacted_at = time.time()

@@ -9,8 +9,9 @@ testable without an engine:
   `MLYARD_CHECKPOINT_DIR` means the same inside; nothing else of the host;
 - a user that is not root (the job's OS account with job accounts, else `nobody`), never
   privileged, every capability dropped, no privilege gain through setuid files;
-- the replica's cores (`cpuset_cpus`, and as many CPUs' worth of time), its memory with no
-  swap on top, its GPUs as a device request;
+- the replica's cores (`cpuset_cpus`, and as many CPUs' worth of time; a replica below one
+  core: its share of its one core's time), its memory with no swap on top, its GPUs as a
+  device request;
 - the host's network, so rendezvous on 127.0.0.1 works as for processes; the host's process
   namespace only where torchrun runs more than one node here (its agents tell each other
   apart by host name and pid, which would be the same in separate namespaces);
@@ -86,8 +87,9 @@ def container_environment(env: Mapping[str, str], gpu_count: int, identity: Cont
 def render_replica(*, image: str, job_id: int, attempt: int, replica: str, directory: Path, code: Path,
                    command: Sequence[str], env: Mapping[str, str], cpu_ids: Sequence[int],
                    gpu_ids: Sequence[int], memory_bytes: int, private_directories: Sequence[Path],
-                   identity: ContainerIdentity, share_pids: bool = False) -> dict[str, Any]:
-    """The keyword arguments of `containers.create` for one replica."""
+                   identity: ContainerIdentity, share_pids: bool = False, cpu_millicores: int = 0) -> dict[str, Any]:
+    """The keyword arguments of `containers.create` for one replica; `cpu_millicores`: its share, in
+    thousandths, of its one core (0: `cpu_ids` are its own)."""
     volumes: dict[str, dict[str, str]] = {str(code): {"bind": CODE_MOUNT, "mode": "ro"}}
     for private in private_directories:
         volumes[str(private)] = {"bind": str(private), "mode": "rw"}
@@ -117,7 +119,7 @@ def render_replica(*, image: str, job_id: int, attempt: int, replica: str, direc
     }
     if cpu_ids:
         arguments["cpuset_cpus"] = ",".join(str(cpu) for cpu in cpu_ids)
-        arguments["nano_cpus"] = len(cpu_ids) * 1_000_000_000
+        arguments["nano_cpus"] = cpu_millicores * 1_000_000 if cpu_millicores else len(cpu_ids) * 1_000_000_000
     if gpu_ids:
         arguments["device_requests"] = [
             {"driver": "nvidia", "device_ids": [str(gpu) for gpu in gpu_ids], "capabilities": [["gpu"]]}

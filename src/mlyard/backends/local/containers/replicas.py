@@ -136,6 +136,7 @@ class ContainerReplicas:
             env=replica.env, cpu_ids=replica.cpu_ids, gpu_ids=replica.gpu_ids, memory_bytes=replica.memory_bytes,
             private_directories=launch.private_directories, identity=identity,
             share_pids=len(launch.replicas) > 1 and runs_torchrun(replica.command),
+            cpu_millicores=replica.cpu_millicores,
         )
         return ContainerPlan(replica=replica, arguments=arguments, identity=identity)
 
