@@ -37,6 +37,9 @@ bench: $(VENV)/.installed
 	$(BIN)/python bench/controller_pass.py
 	$(BIN)/python bench/recovery.py
 	$(BIN)/python bench/monitor_overhead.py
+	$(BIN)/python bench/elastic.py
+	$(BIN)/python bench/container_overhead.py
+	$(BIN)/python bench/scaling.py
 
 # Copies the web UI's front-end libraries (pinned in frontend/package.json) into the package;
 # the copies are committed, so running mlyard needs no npm.

@@ -108,11 +108,37 @@ def _exec(command: list[str], workdir: str, environment: dict[str, str] | None) 
         os._exit(COMMAND_NOT_FOUND if isinstance(error, FileNotFoundError) else COMMAND_NOT_EXECUTABLE)
 
 
+def _host_pid() -> int | None:
+    """This process's pid outside its PID namespace (the first of `NSpid` in the host's /proc)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("NSpid:"):
+                return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def _number_after(host_pid: int | None) -> None:
+    """The namespace's next pids follow this process's host pid. Every namespace would otherwise
+    number its command 2, and two replicas on one machine would then be one node to torchrun's
+    c10d rendezvous, which tells nodes apart by host name and pid. Best effort: where the kernel
+    refuses, pids start at 2 as usual."""
+    if host_pid is None or host_pid <= 1:
+        return
+    try:
+        _write("/proc/sys/kernel/ns_last_pid", str(host_pid))
+    except OSError:
+        pass
+
+
 def _init(command: list[str], workdir: str, report: int, environment: dict[str, str] | None) -> None:
     """PID 1 of the namespace: its /proc, the command, and the command's outcome on `report`."""
     for number in _RESET_SIGNALS:
         signal.signal(number, signal.SIG_IGN)  # signals for the job go to the command's group
+    host_pid = _host_pid()  # before the namespace's own /proc hides it
     _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    _number_after(host_pid)
     child = os.fork()
     if child == 0:
         os.close(report)
