@@ -63,10 +63,52 @@ def test_the_first_failing_copy_gives_the_replica_its_exit_code_and_stops_the_ot
 
 
 def test_the_containers_shell_starts_the_copies_and_reports_the_first_failure() -> None:
-    command = in_processes([sys.executable, "-c", "import os; print(os.environ['RANK'], os.environ['LOCAL_RANK'])"], 3)
+    # One write per line: the copies share the pipe.
+    command = in_processes([sys.executable, "-c", "import os, sys; sys.stdout.write("
+                            "os.environ['RANK'] + ' ' + os.environ['LOCAL_RANK'] + '\\n')"], 3)
     result = subprocess.run(command, env={**os.environ, "RANK": "3"}, capture_output=True, text=True, timeout=30)
     assert result.returncode == 0
     assert sorted(result.stdout.split("\n")[:-1]) == ["3 0", "4 1", "5 2"]
     failing = in_processes([sys.executable, "-c", "import os, sys; sys.exit(int(os.environ['LOCAL_RANK']) * 2)"], 3)
     assert subprocess.run(failing, env={**os.environ, "RANK": "0"}, timeout=30).returncode == 2
     assert in_processes(["torchrun", "train.py"], 4) == ("torchrun", "train.py")
+
+
+def test_the_containers_shell_sees_a_later_ranks_failure_while_rank_zero_runs() -> None:
+    script = "import os, sys, time\nif os.environ['LOCAL_RANK'] == '1': sys.exit(3)\ntime.sleep(60)"
+    began = time.monotonic()
+    result = subprocess.run(in_processes([sys.executable, "-c", script], 2), env={**os.environ, "RANK": "0"},
+                            timeout=50)
+    assert result.returncode == 3
+    assert time.monotonic() - began < 20, "rank 0 was stopped, not waited out"
+
+
+def test_the_containers_shell_waits_for_every_copy_to_finish_stopping(tmp_path: Path) -> None:
+    """SIGTERM to the shell reaches every copy, and the shell ends only once the slow one has
+    saved: in a container, its end would kill a rank still writing its checkpoint."""
+    script = ("import os, signal, sys, time\n"
+              "def stop(*_):\n"
+              "    time.sleep(1.5 if os.environ['LOCAL_RANK'] == '0' else 0)\n"
+              "    open(os.path.join(sys.argv[1], os.environ['LOCAL_RANK']), 'w').close()\n"
+              "    sys.exit(0)\n"
+              "signal.signal(signal.SIGTERM, stop)\n"
+              "open(os.path.join(sys.argv[1], 'ready' + os.environ['LOCAL_RANK']), 'w').close()\n"
+              "time.sleep(60)\n")
+    shell = subprocess.Popen(in_processes([sys.executable, "-c", script, str(tmp_path)], 2),
+                             env={**os.environ, "RANK": "0"})
+    deadline = time.monotonic() + 20
+    while not ((tmp_path / "ready0").exists() and (tmp_path / "ready1").exists()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    shell.terminate()
+    assert shell.wait(timeout=30) == 0
+    assert (tmp_path / "0").exists() and (tmp_path / "1").exists(), "the shell ended before rank 0 had saved"
+
+
+@pytest.mark.parametrize("command", [
+    ["python", "train.py", "--strategy", "deepspeed"],
+    ["python", "train.py", "--framework", "lightning"],
+    ["/bin/sh", "-c", "OUT=/data/torchrun python train.py"],
+    ["accelerate", "config"],
+])
+def test_a_launcher_named_only_as_an_argument_does_not_count(command: list[str]) -> None:
+    assert not starts_own_workers(command)

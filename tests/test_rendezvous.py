@@ -248,3 +248,15 @@ def test_every_replica_gets_the_jobs_tensorboard_directory_when_one_is_offered()
     environments = replica_environments(spec, [slot("worker", 0, 0), slot("worker", 1, 1)], context)
     assert [environment["MLYARD_TENSORBOARD_DIR"] for environment in environments] == [
         "/var/lib/mlyard/tensorboard/42"] * 2
+
+
+def test_one_process_per_gpu_sees_all_of_its_replicas_gpus() -> None:
+    spec = make_spec(framework="pytorch", roles=[{"name": "worker", "replicas": 2, "processes": 8,
+                                                  "resources": {"cpu": 16, "gpu": 8}}])
+    slots = [slot("worker", 0, 0, cpu_count=16, gpu_ids=tuple(range(8)), processes=8),
+             slot("worker", 1, 1, cpu_count=16, gpu_ids=tuple(range(8, 16)), processes=8)]
+    first, second = replica_environments(spec, slots, CONTEXT)
+    assert first["CUDA_VISIBLE_DEVICES"] == "0,1,2,3,4,5,6,7"
+    assert second["CUDA_VISIBLE_DEVICES"] == "8,9,10,11,12,13,14,15"
+    assert (first["LOCAL_WORLD_SIZE"], first["PET_NPROC_PER_NODE"], first["WORLD_SIZE"]) == ("8", "8", "16")
+    assert (second["RANK"], second["OMP_NUM_THREADS"]) == ("8", "2")

@@ -264,6 +264,7 @@ def test_processes_success_policy_and_placement_are_checked_where_they_are_writt
     assert error_locations(success_policy="chief") == [()], "a chief policy needs a chief role"
     assert error_locations(placement={"same_rack": True}) == [("placement", "same_rack")]
     assert error_locations(placement={"same_topology": "rack; rm"}) == [("placement", "same_topology")]
+    assert error_locations(framework="tensorflow", roles=[{"processes": 2}]) == [()]
 
 
 # --------------------------------------------------------------------------- other fields

@@ -332,6 +332,9 @@ class JobSpec(_Strict):
         plain = set(self.env).union(*(role.env for role in self.roles))
         if both := sorted(plain & set(self.env_secrets)):
             raise ValueError(f"{', '.join(both)}: set in env and in env_secrets; keep one")
+        if self.framework == "tensorflow" and (many := [role.name for role in self.roles if role.processes > 1]):
+            # TF_CONFIG names one task per replica: a second process would be the same task.
+            raise ValueError(f"{', '.join(many)}: a TensorFlow task is one process; leave processes at 1")
         if self.success_policy == "chief" and not any(name in CHIEF_ROLES for name in names):
             raise ValueError("success_policy chief needs a role named chief (or master)")
         if self.success_policy == "worker-0" and "worker" not in names:

@@ -46,7 +46,7 @@ from mlyard.runtime.launch_config import (
     write_json_atomically,
 )
 from mlyard.runtime.job_environment import scrubbed
-from mlyard.runtime.processes import copies_to_start, process_environment
+from mlyard.runtime.processes import KILL_AFTER, copies_to_start, process_environment
 
 COMMAND_NOT_FOUND = 127
 COMMAND_NOT_EXECUTABLE = 126
@@ -238,6 +238,8 @@ class Launcher:
         self.child: subprocess.Popen | None = None
         """The first copy of the command: its pid names the replica's process group."""
         self.children: list[subprocess.Popen] = []
+        self.start_failure: int | None = None
+        """The exit code of a copy of the command that could not be started, if one could not."""
         self.terminating_signal: int | None = None
         self.cgroup: Path | None = None
         self.cpu_cgroup: Path | None = None
@@ -320,8 +322,10 @@ class Launcher:
                 self.children.append(self._spawn(own, workdir, run_as, prefix))
         except (FileNotFoundError, PermissionError) as error:
             self.output.write(f"mlyard: cannot run {config.command[0]!r}: {error.strerror}\n".encode())
+            code = COMMAND_NOT_FOUND if isinstance(error, FileNotFoundError) else COMMAND_NOT_EXECUTABLE
             if not self.children:
-                return COMMAND_NOT_FOUND if isinstance(error, FileNotFoundError) else COMMAND_NOT_EXECUTABLE
+                return code
+            self.start_failure = code  # the copies already started are stopped and do not decide
             self._signal_group(signal.SIGTERM)
         # A signal that came while the children were being created had no child to go to.
         if self.terminating_signal is not None:
@@ -370,8 +374,10 @@ class Launcher:
 
     def _wait_for_all(self) -> int:
         """The replica's exit code once every copy has ended: the first non-zero one, after
-        which the others are stopped (as torchrun stops a node's workers), else 0."""
-        first_failure: int | None = None
+        which the others get SIGTERM and, KILL_AFTER seconds later, SIGKILL (as torchrun stops
+        a node's workers: a copy stuck in a collective would otherwise hold the replica), else 0."""
+        first_failure = self.start_failure
+        kill_at = time.monotonic() + KILL_AFTER if first_failure is not None else None
         running = list(self.children)
         while running:
             for child in list(running):
@@ -381,9 +387,14 @@ class Launcher:
                 running.remove(child)
                 if code != 0 and first_failure is None:
                     first_failure = code
+                    kill_at = time.monotonic() + KILL_AFTER
                     if running:
                         self.log(f"process {child.pid} exited with {code}: stopping the replica's other processes")
                         self._signal_group(signal.SIGTERM)
+            if running and kill_at is not None and time.monotonic() >= kill_at:
+                self.log(f"the replica's other processes did not stop within {KILL_AFTER}s: killing them")
+                self._signal_group(signal.SIGKILL)
+                kill_at = None
             if running:
                 time.sleep(_POLL_INTERVAL)
         return first_failure or 0

@@ -15,27 +15,61 @@ import os
 import shlex
 from collections.abc import Mapping, Sequence
 
-_WORKER_STARTERS = frozenset({"torchrun", "deepspeed", "accelerate", "accelerate-launch", "lightning"})
+_WORKER_STARTERS = frozenset({"torchrun", "deepspeed"})
 _WORKER_STARTER_MODULES = frozenset({"torch.distributed.run", "torch.distributed.launch", "accelerate.commands.launch"})
+# What may stand before the program of a simple command without being it.
+_PREFIXES = frozenset({"env", "exec", "nohup", "time", "nice", "stdbuf"})
+_OPERATORS = frozenset({";", "&&", "||", "|", "&", "(", ")", ";;"})
 
 
-def _words(command: Sequence[str]) -> list[str]:
-    """The words of the command; a shell line (`sh -c LINE`) is split into its own words."""
+def _simple_commands(command: Sequence[str]) -> list[list[str]]:
+    """The simple commands of a command: itself, or those of a shell line (`sh -c LINE`)."""
     if len(command) >= 3 and os.path.basename(command[0]) in ("sh", "bash", "dash") and command[1] == "-c":
+        lexer = shlex.shlex(command[2], posix=True, punctuation_chars=True)
+        lexer.whitespace_split = True
         try:
-            return shlex.split(command[2])
+            words = list(lexer)
         except ValueError:
-            return command[2].split()
-    return list(command)
+            words = command[2].split()
+        commands: list[list[str]] = [[]]
+        for word in words:
+            if word in _OPERATORS:
+                commands.append([])
+            else:
+                commands[-1].append(word)
+        return [words for words in commands if words]
+    return [list(command)]
+
+
+def _program(words: list[str]) -> list[str]:
+    """The words from the program on: past `env`, `VAR=value` and the like."""
+    position = 0
+    while position < len(words):
+        word = words[position]
+        if os.path.basename(word) in _PREFIXES or ("=" in word and not word.startswith(("-", "/"))):
+            position += 1
+        elif word.startswith("-") and position > 0:  # an option of a prefix (`env -i`, `nice -n`)
+            position += 1
+        else:
+            break
+    return words[position:]
 
 
 def starts_own_workers(command: Sequence[str]) -> bool:
-    """Whether the command is a launcher that starts one process per local rank itself."""
-    words = _words(command)
-    for position, word in enumerate(words):
-        if os.path.basename(word) in _WORKER_STARTERS:
+    """Whether a program of the command is a launcher that starts one process per local rank
+    itself: torchrun, deepspeed, `accelerate launch`, `python -m torch.distributed.run`. Only
+    the program position counts: `--strategy deepspeed` is an argument, not a launcher."""
+    for words in _simple_commands(command):
+        program = _program(words)
+        if not program:
+            continue
+        name = os.path.basename(program[0])
+        if name in _WORKER_STARTERS:
             return True
-        if word == "-m" and position + 1 < len(words) and words[position + 1] in _WORKER_STARTER_MODULES:
+        if name == "accelerate" and program[1:2] == ["launch"]:
+            return True
+        if name.startswith("python") and len(program) > 2 and program[1] == "-m" \
+                and program[2] in _WORKER_STARTER_MODULES:
             return True
     return False
 
@@ -56,7 +90,10 @@ def process_environment(environment: Mapping[str, str], local_rank: int) -> dict
 
 # Where no launcher of mlyard's runs (a container of the local engine runs its image's own
 # programs), a POSIX shell starts the copies. The command reaches it as arguments, never as
-# script text; the first non-zero exit (in rank order) stops the others and is the result.
+# script text. The first copy to exit non-zero (whichever rank) has the others stopped, and its
+# code is the result; SIGTERM goes to every copy, and the shell waits until all have exited,
+# with SIGKILL for those still there KILL_AFTER seconds after a failure, as the launcher does.
+KILL_AFTER = 30
 _SHELL_FANOUT = """
 base=${RANK:-0}; count=$1; shift; pids=""; local_rank=0
 while [ "$local_rank" -lt "$count" ]; do
@@ -64,13 +101,23 @@ while [ "$local_rank" -lt "$count" ]; do
   local_rank=$((local_rank + 1))
 done
 trap 'kill -TERM $pids 2>/dev/null' TERM INT
-status=0
-for pid in $pids; do
-  wait "$pid"; code=$?
-  if [ "$code" -ne 0 ] && [ "$status" -eq 0 ]; then status=$code; kill -TERM $pids 2>/dev/null; fi
+status=0; running=$pids; ticks=-1
+while [ -n "$running" ]; do
+  still=""
+  for pid in $running; do
+    if kill -0 "$pid" 2>/dev/null; then still="$still $pid"; continue; fi
+    wait "$pid"; code=$?
+    if [ "$code" -ne 0 ] && [ "$status" -eq 0 ]; then status=$code; ticks=0; kill -TERM $pids 2>/dev/null; fi
+  done
+  running=$still
+  if [ "$ticks" -ge 0 ]; then
+    ticks=$((ticks + 1))
+    [ "$ticks" -gt $((KILL_AFTER * 5)) ] && kill -KILL $running 2>/dev/null
+  fi
+  [ -n "$running" ] && sleep 0.2
 done
 exit "$status"
-"""
+""".replace("KILL_AFTER", str(KILL_AFTER))
 
 
 def in_processes(command: Sequence[str], processes: int) -> tuple[str, ...]:

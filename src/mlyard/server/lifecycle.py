@@ -11,7 +11,7 @@ Words (see `spec.JobStatus` for each status and what sets it):
 
 The only writers: `switch_status` of `jobs.status` (checked against
 `spec.ALLOWED_TRANSITIONS`, stamped, with a `job_events` row); `request_stop` of an attempt's
-stop columns; `end_attempt` of `attempts.finished_at` and the job's attained service. Callers
+stop columns (and `finish_stop`, once, when a success policy turns out met after all); `end_attempt` of `attempts.finished_at` and the job's attained service. Callers
 hold the job's row lock (a transaction of the controller, or a request handler's).
 """
 
@@ -107,13 +107,19 @@ def succeed(session: Session, attempt: AttemptRow, now: float) -> None:
     switch_status(session, attempt.job, JobStatus.SUCCEEDED, now=now)
 
 
-def finish_stop(session: Session, attempt: AttemptRow, spec: JobSpec, now: float) -> None:
+def finish_stop(session: Session, attempt: AttemptRow, spec: JobSpec, now: float, *,
+                succeeded: str | None = None) -> None:
     """No replica of a stopping attempt is left: the job takes the stop's outcome. A
     preempted job is queued again and a failed one with restarts left waits out its
-    backoff, unless it was cancelled meanwhile (the cancel wins)."""
+    backoff, unless it was cancelled meanwhile (the cancel wins). `succeeded`: why the
+    attempt met its success policy after all (`judge.succeeded_before_failure`), which turns
+    a stop for a failure into SUCCEEDED."""
     end_attempt(attempt, now)
     job = attempt.job
     outcome, reason = JobStatus(attempt.stop_outcome), attempt.stop_reason
+    if succeeded is not None and outcome in (JobStatus.RESTARTING, JobStatus.FAILED):
+        outcome, reason = JobStatus.SUCCEEDED, succeeded
+        attempt.stop_outcome, attempt.stop_reason = outcome.value, reason  # what `mlyard show` tells of it
     if outcome in (JobStatus.PREEMPTED, JobStatus.RESTARTING) and job.cancel_requested_at is not None:
         outcome, reason = JobStatus.CANCELLED, CANCELLED_BY_REQUEST
     if outcome is JobStatus.RESTARTING:

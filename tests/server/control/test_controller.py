@@ -673,3 +673,42 @@ def test_an_image_is_checked_at_submission_but_a_retry_gets_its_first_answer(wor
     assert refusals == ["lab/torch:1"]
     with pytest.raises(InvalidRequest):
         jobs.submit_with_key(database, ADMIN, spec, "k-2", wake=lambda: None, check_image=engine_lacks)
+
+
+def submit_chief_and_worker(database: Database, **fields: Any) -> int:
+    spec = JobSpec(name="ps", command=["train"], framework="tensorflow",
+                   roles=[{"name": "chief"}, {"name": "worker"}], **fields)
+    return jobs.submit(database, ADMIN, spec, wake=lambda: None).id
+
+
+def test_a_met_success_policy_stops_the_replicas_still_serving_and_succeeds(world) -> None:
+    database, backend, controller = world
+    job_id = submit_chief_and_worker(database)
+    controller.reconcile_once()
+    controller.reconcile_once()
+    launch = backend.launches[0]
+    backend.exit(launch, 0, 0)  # the chief finished; the worker serves on, as a TF server joins forever
+    controller.reconcile_once()
+    assert backend.stops[-1] == ([launch.replicas[1].replica_id], False), "SIGTERM to the worker"
+    assert status(database, job_id) is JobStatus.RUNNING, "SUCCEEDED once nothing is left"
+    backend.exit(launch, 1, 143)
+    controller.reconcile_once()
+    detail = jobs.get_job(database, ADMIN, job_id)
+    assert (detail.status, detail.exit_code) == (JobStatus.SUCCEEDED, 0)
+    assert detail.attempts[0].exit_code == 0, "the stopped worker's 143 does not count"
+
+
+def test_a_worker_failure_seen_before_the_chiefs_exit_zero_still_succeeds(world) -> None:
+    database, backend, controller = world
+    job_id = submit_chief_and_worker(database, restart_policy={"max_restarts": 2, "backoff_seconds": 0})
+    controller.reconcile_once()
+    controller.reconcile_once()
+    launch = backend.launches[0]
+    backend.exit(launch, 1, 1)  # the worker died of the chief's end and is seen first
+    controller.reconcile_once()
+    backend.exit(launch, 0, 0)
+    controller.reconcile_once()
+    detail = jobs.get_job(database, ADMIN, job_id)
+    assert (detail.status, detail.exit_code) == (JobStatus.SUCCEEDED, 0)
+    assert len(backend.launches) == 1, "not restarted"
+    assert "chief-0 exited 0" in detail.attempts[0].stop_reason

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from mlyard.server.control.judge import Action, FailurePolicy, SuccessPolicy, judge
+from mlyard.server.control.judge import Action, FailurePolicy, SuccessPolicy, judge, succeeded_before_failure
 from mlyard.spec import JobSpec, JobStatus, RestartPolicy
 
 
@@ -119,3 +119,16 @@ def test_default_success_policies_follow_kubeflow() -> None:
     worker_zero = [Replica("worker-0", 0, "exited", 0), Replica("worker-1", 1, "running")]
     assert verdict(worker_zero, framework="tensorflow").outcome is JobStatus.SUCCEEDED
     assert verdict(worker_zero).action is Action.CONTINUE
+
+
+def test_a_peer_failure_seen_before_the_chiefs_exit_zero_does_not_fail_the_job() -> None:
+    """The worker died of the chief's end and was observed first: the stop was for a failure,
+    but once every replica is gone the chief's exit 0 meets the policy."""
+    ended = [Replica("chief-0", 0, "exited", 0), Replica("worker-0", 1, "exited", 1),
+             Replica("worker-1", 2, "exited", 143), Replica("ps-0", 3, "exited", 143)]
+    job = JobSpec.model_validate({"name": "j", "command": "x", **ps_job()})
+    assert "chief-0 exited 0" in succeeded_before_failure(job, ended)
+    killed_chief = [Replica("chief-0", 0, "exited", 143), *ended[1:]]
+    assert succeeded_before_failure(job, killed_chief) is None, "a chief stopped by mlyard did not succeed"
+    assert succeeded_before_failure(spec(), [Replica("worker-0", 0, "exited", 0), Replica("worker-1", 1, "exited", 1)]) \
+        is None, "under `all` a failure is a failure"

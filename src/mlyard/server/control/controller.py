@@ -37,7 +37,7 @@ from mlyard.scheduler import ClusterSnapshot, Decisions, StartJob, decide
 from mlyard.server import auth
 from mlyard.server.control import launches, project_limits
 from mlyard.server.control.attempts import holding_attempts, lock_jobs, replica_reference, schedulable, start_text
-from mlyard.server.control.judge import Action, judge
+from mlyard.server.control.judge import Action, judge, succeeded_before_failure
 from mlyard.server.control.scheduler_input import snapshot as cluster_snapshot
 from mlyard.server.store.db import Database
 from mlyard.server.store.rows import (
@@ -164,7 +164,8 @@ class Controller:
                     self._judge(session, attempt, now)
                 if attempt.finished_at is None and attempt.stop_requested_at is not None:
                     if all_gone:
-                        finish_stop(session, attempt, self.database.specs.of(job), now)
+                        spec = self.database.specs.of(job)
+                        finish_stop(session, attempt, spec, now, succeeded=succeeded_before_failure(spec, replicas))
                     else:
                         transient = True
                         force = now >= (attempt.stop_deadline or now)

@@ -88,6 +88,17 @@ class SuccessPolicy:
         return f"succeeded ({names} exited 0, success_policy {self.name}); stopping the other replicas"
 
 
+def succeeded_before_failure(spec: JobSpec, replicas: Sequence[ReplicaFacts]) -> str | None:
+    """With every replica gone after a stop for a failure: why the attempt succeeded all the
+    same, or None. A peer that died because the chief (or worker 0) finished may be seen before
+    the chief's own exit 0 is; the policy met on the final states still decides."""
+    success = SuccessPolicy(spec.effective_success_policy)
+    if success.name == "all" or not success.decide(replicas):
+        return None
+    names = ", ".join(replica.name for replica in replicas if success.deciding(replica))
+    return f"succeeded ({names} exited 0, success_policy {success.name}); the other replicas' failures do not count"
+
+
 def failed_replica(replicas: Sequence[ReplicaFacts]) -> ReplicaFacts | None:
     return next((r for r in replicas if r.state == "lost" or (r.state == "exited" and r.exit_code != 0)), None)
 
