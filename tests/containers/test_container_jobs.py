@@ -140,6 +140,18 @@ def test_torchrun_agents_in_two_containers_form_one_job(container_server: Runnin
         "rank 0 of 2: sum of ranks 3, in step True", "rank 1 of 2: sum of ranks 3, in step True"]
 
 
+def test_two_processes_of_one_replica_in_a_container_form_one_world(container_server: RunningServer,
+                                                                    code: Path) -> None:
+    # The image has no launcher of mlyard's: a shell in the container starts the copies.
+    job_id = run(container_server, code, "--replicas", "1", "--processes", "2", "--memory", "1Gi",
+                 "--name", "processes-in-a-container", "--", "python3", "ddp.py")
+    detail = wait_status(container_server, job_id, {"SUCCEEDED", "FAILED", "CANCELLED"}, timeout=240)
+    log = log_of(container_server, job_id)
+    assert detail["status"] == "SUCCEEDED", (detail["message"], log)
+    assert sorted(line for line in log.splitlines() if "sum of ranks" in line) == [
+        "rank 0 of 2: sum of ranks 3, in step True", "rank 1 of 2: sum of ranks 3, in step True"]
+
+
 def test_a_replica_over_its_memory_limit_fails_the_job_as_out_of_memory(container_server: RunningServer,
                                                                         code: Path) -> None:
     job_id = run(container_server, code, "--memory", "128Mi", "--name", "too-big", "--",
