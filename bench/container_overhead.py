@@ -31,7 +31,6 @@ import argparse
 import hashlib
 import os
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -45,8 +44,7 @@ from packaging.requirements import Requirement
 from rich.console import Console
 from rich.table import Table
 
-REPOSITORY = Path(__file__).resolve().parents[1]
-BIN = Path(sys.executable).parent
+from bench_server import REPOSITORY, BenchServer  # the bench folder is on sys.path
 EXAMPLE = REPOSITORY / "examples" / "digits-ddp.yaml"
 BASE_IMAGE = os.environ.get("MLYARD_TEST_IMAGE", "localhost/mlyard-test-base:latest")
 IMAGE = "localhost/mlyard-bench-digits:latest"
@@ -60,12 +58,6 @@ TARGET = 1.03
 # start (torch ships a test helper in 3.12 syntax: left out).
 IMAGE_STEPS = ("COPY site /usr/local/lib/python3.11/dist-packages/\n"
                "RUN python3 -m compileall -q -j 0 -x py312_intrinsics /usr/local/lib/python3.11/dist-packages\n")
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def installed_closure(roots: tuple[str, ...]) -> list[str]:
@@ -128,24 +120,12 @@ def ensure_image(console: Console) -> None:
 
 class Bench:
     def __init__(self, scratch: Path, epochs: int):
-        from mlyard.client import Client
-        from mlyard.storage import pack_directory
-
-        self.home = scratch / "home"
-        port = free_port()
-        self.environment = {key: value for key, value in os.environ.items() if not key.startswith("MLYARD_")}
-        self.environment.update({
-            "MLYARD_HOME": str(self.home), "MLYARD_PORT": str(port), "MLYARD_NODE_CPUS": "2",
-            "MLYARD_JOB_USERS": "off", "MLYARD_RUNTIME": "container", "MLYARD_CONTAINER_SOCKET": SOCKET,
-            "MLYARD_CONFIG_DIR": str(scratch / "cli"),
-        })
-        subprocess.run([str(BIN / "mlyard"), "server", "start"], env=self.environment, check=True)
-        self.client = Client(f"http://127.0.0.1:{port}", (self.home / "admin.token").read_text().strip())
-        packed = pack_directory(REPOSITORY, scratch / "code.tar.gz")
-        self.client.upload_snapshot(packed.path, packed.digest)
+        self.server = BenchServer(scratch, MLYARD_NODE_CPUS="2", MLYARD_RUNTIME="container",
+                                  MLYARD_CONTAINER_SOCKET=SOCKET)
+        self.home, self.environment, self.client = self.server.home, self.server.environment, self.server.client
         spec = yaml.safe_load(EXAMPLE.read_text())
         # python3: the image's name for its Python; here the virtualenv's, first on the PATH.
-        spec.update(snapshot=packed.digest, command=["python3", "examples/digits_ddp.py", "--epochs", str(epochs)],
+        spec.update(snapshot=self.server.snapshot, command=["python3", "examples/digits_ddp.py", "--epochs", str(epochs)],
                     env={**spec.get("env", {}), "PYTHONPATH": "src"})
         self.spec = spec
 
@@ -179,8 +159,7 @@ class Bench:
         }
 
     def close(self) -> None:
-        self.client.close()
-        subprocess.run([str(BIN / "mlyard"), "server", "stop"], env=self.environment, check=False)
+        self.server.close()
 
 
 def main() -> int:

@@ -28,12 +28,9 @@ two torchrun agents on one machine get the same c10d node id and form two worlds
 from __future__ import annotations
 
 import argparse
-import os
 import random
 import re
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -43,17 +40,10 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
-REPOSITORY = Path(__file__).resolve().parents[1]
-BIN = Path(sys.executable).parent
+from bench_server import REPOSITORY, BenchServer  # the bench folder is on sys.path
 EXAMPLE = REPOSITORY / "examples" / "digits-elastic.yaml"
 EPOCHS = 2000  # never reached: each run cancels the job once it has shrunk
 STEPS_BEFORE_RESIZE = 6  # at least; plus a random part of the checkpoint interval
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 class Steps:
@@ -102,22 +92,10 @@ def resize_cost(steps: Steps, attempts: list, old: int, new: int) -> dict[str, f
 
 class Bench:
     def __init__(self, scratch: Path):
-        from mlyard.client import Client
-        from mlyard.storage import pack_directory
-
-        self.home = scratch / "home"
-        port = free_port()
-        self.environment = {key: value for key, value in os.environ.items() if not key.startswith("MLYARD_")}
-        self.environment.update({
-            "MLYARD_HOME": str(self.home), "MLYARD_PORT": str(port), "MLYARD_NODE_CPUS": "2",
-            "MLYARD_STOP_GRACE": "5", "MLYARD_SCHEDULER_POLICY": "priority", "MLYARD_PREEMPT_MIN_RUN": "0",
-            "MLYARD_JOB_USERS": "off", "MLYARD_JOB_ISOLATION": "none", "MLYARD_CONFIG_DIR": str(scratch / "cli"),
-        })
-        subprocess.run([str(BIN / "mlyard"), "server", "start"], env=self.environment, check=True)
-        self.client = Client(f"http://127.0.0.1:{port}", (self.home / "admin.token").read_text().strip())
-        packed = pack_directory(REPOSITORY, scratch / "code.tar.gz")
-        self.client.upload_snapshot(packed.path, packed.digest)
-        self.snapshot = packed.digest
+        self.server = BenchServer(scratch, MLYARD_NODE_CPUS="2", MLYARD_STOP_GRACE="5",
+                                  MLYARD_SCHEDULER_POLICY="priority", MLYARD_PREEMPT_MIN_RUN="0")
+        self.home, self.environment, self.client = self.server.home, self.server.environment, self.server.client
+        self.snapshot = self.server.snapshot
         self.example = yaml.safe_load(EXAMPLE.read_text())
 
     def elastic_spec(self, checkpoint_every: int) -> dict:
@@ -173,8 +151,7 @@ class Bench:
                 **{f"shrink {key}": value for key, value in shrink.items()}}
 
     def close(self) -> None:
-        self.client.close()
-        subprocess.run([str(BIN / "mlyard"), "server", "stop"], env=self.environment, check=False)
+        self.server.close()
 
 
 def main() -> int:

@@ -23,11 +23,8 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 import re
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -36,8 +33,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-REPOSITORY = Path(__file__).resolve().parents[1]
-BIN = Path(sys.executable).parent
+from bench_server import REPOSITORY, BenchServer  # the bench folder is on sys.path
 DDP = "examples/digits_ddp.py"
 PIPELINE = "examples/pipeline_parallel.py"
 PIPELINE_BATCH = 64  # pipeline_parallel.py's --batch-size, passed explicitly
@@ -54,12 +50,6 @@ sys.exit(child.wait())
 EPOCH_LINE = re.compile(r"^(\d+\.\d+) epoch (\d+)/\d+", re.MULTILINE)
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 def sizes_up_to(most: int) -> list[int]:
     """1, 2, 4, … and `most` itself."""
     sizes, size = [], 1
@@ -71,19 +61,10 @@ def sizes_up_to(most: int) -> list[int]:
 
 class Bench:
     def __init__(self, scratch: Path, epochs: int):
-        from mlyard.client import Client
-        from mlyard.storage import pack_directory
-
-        self.home, self.epochs = scratch / "home", epochs
-        port = free_port()
-        self.environment = {key: value for key, value in os.environ.items() if not key.startswith("MLYARD_")}
-        self.environment.update({"MLYARD_HOME": str(self.home), "MLYARD_PORT": str(port), "MLYARD_JOB_USERS": "off",
-                                 "MLYARD_CONFIG_DIR": str(scratch / "cli")})
-        subprocess.run([str(BIN / "mlyard"), "server", "start"], env=self.environment, check=True)
-        self.client = Client(f"http://127.0.0.1:{port}", (self.home / "admin.token").read_text().strip())
-        packed = pack_directory(REPOSITORY, scratch / "code.tar.gz")
-        self.client.upload_snapshot(packed.path, packed.digest)
-        self.snapshot = packed.digest
+        self.epochs = epochs
+        self.server = BenchServer(scratch)
+        self.home, self.environment, self.client = self.server.home, self.server.environment, self.server.client
+        self.snapshot = self.server.snapshot
         [node] = self.client.nodes()  # an embedded server has one node: this machine
         self.cpus, self.memory = len(node.cpu_ids), node.memory_bytes
         import torch
@@ -141,8 +122,7 @@ class Bench:
         return samples / statistics.median(b - a for a, b in zip(stamps, stamps[1:])), wall
 
     def close(self) -> None:
-        self.client.close()
-        subprocess.run([str(BIN / "mlyard"), "server", "stop"], env=self.environment, check=False)
+        self.server.close()
 
 
 def main() -> int:

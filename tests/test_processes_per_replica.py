@@ -112,3 +112,14 @@ def test_the_containers_shell_waits_for_every_copy_to_finish_stopping(tmp_path: 
 ])
 def test_a_launcher_named_only_as_an_argument_does_not_count(command: list[str]) -> None:
     assert not starts_own_workers(command)
+
+
+def test_the_worker_starter_is_named_and_containers_share_host_pids_for_torchrun_only() -> None:
+    from mlyard.backends.local.containers.create_options import runs_torchrun
+    from mlyard.runtime.processes import worker_starter
+
+    torchrun = ["sh", "-c", "exec python3 -m torch.distributed.run --rdzv-backend c10d ddp.py"]
+    assert worker_starter(torchrun) == "torchrun" and runs_torchrun(torchrun)
+    accelerate = ["/bin/sh", "-c", "accelerate launch --cpu x.py"]
+    assert worker_starter(accelerate) == "accelerate" and not runs_torchrun(accelerate)
+    assert worker_starter(["python", "train.py", "--launcher", "torchrun"]) is None

@@ -11,7 +11,8 @@ import sys
 import time
 from pathlib import Path
 
-from mlyard.backends.kubernetes.entrypoint import peers, wait_for_peers
+from mlyard.backends.kubernetes.entrypoint import peers, prepare, wait_for_peers
+from mlyard.runtime.launch_config import read_launch_config
 from mlyard.storage import pack_directory
 
 ENTRYPOINT = [sys.executable, "-m", "mlyard.backends.kubernetes.entrypoint"]
@@ -75,3 +76,14 @@ def test_waiting_for_peers_ends_when_they_resolve_or_the_time_is_up():
     missing = wait_for_peers(["no-such-host.invalid"], timeout=0.5, sleep=0.1)
     assert missing == ["no-such-host.invalid"]
     assert time.monotonic() - began < 5
+
+
+def test_a_pod_starts_its_roles_processes_from_its_local_world_size(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")  # what the pod's env holds for `processes: 4`
+    prepare(tmp_path / "plain", ["python", "train.py"], None, None)
+    assert read_launch_config(tmp_path / "plain").processes == 4
+    prepare(tmp_path / "torchrun", ["torchrun", "train.py"], None, None)
+    assert read_launch_config(tmp_path / "torchrun").processes == 1, "torchrun starts its own"
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "not a number")
+    prepare(tmp_path / "odd", ["python", "train.py"], None, None)
+    assert read_launch_config(tmp_path / "odd").processes == 1

@@ -16,7 +16,8 @@ import shlex
 from collections.abc import Mapping, Sequence
 
 _WORKER_STARTERS = frozenset({"torchrun", "deepspeed"})
-_WORKER_STARTER_MODULES = frozenset({"torch.distributed.run", "torch.distributed.launch", "accelerate.commands.launch"})
+_WORKER_STARTER_MODULES = {"torch.distributed.run": "torchrun", "torch.distributed.launch": "torchrun",
+                           "accelerate.commands.launch": "accelerate"}
 # What may stand before the program of a simple command without being it.
 _PREFIXES = frozenset({"env", "exec", "nohup", "time", "nice", "stdbuf"})
 _OPERATORS = frozenset({";", "&&", "||", "|", "&", "(", ")", ";;"})
@@ -55,23 +56,28 @@ def _program(words: list[str]) -> list[str]:
     return words[position:]
 
 
-def starts_own_workers(command: Sequence[str]) -> bool:
-    """Whether a program of the command is a launcher that starts one process per local rank
-    itself: torchrun, deepspeed, `accelerate launch`, `python -m torch.distributed.run`. Only
-    the program position counts: `--strategy deepspeed` is an argument, not a launcher."""
+def worker_starter(command: Sequence[str]) -> str | None:
+    """Which launcher that starts one process per local rank itself a program of the command is:
+    `torchrun` (also `python -m torch.distributed.run`), `deepspeed` or `accelerate` (`accelerate
+    launch`); None for a plain command. Only the program position counts: `--strategy deepspeed`
+    is an argument, not a launcher."""
     for words in _simple_commands(command):
         program = _program(words)
         if not program:
             continue
         name = os.path.basename(program[0])
         if name in _WORKER_STARTERS:
-            return True
+            return name
         if name == "accelerate" and program[1:2] == ["launch"]:
-            return True
+            return "accelerate"
         if name.startswith("python") and len(program) > 2 and program[1] == "-m" \
                 and program[2] in _WORKER_STARTER_MODULES:
-            return True
-    return False
+            return _WORKER_STARTER_MODULES[program[2]]
+    return None
+
+
+def starts_own_workers(command: Sequence[str]) -> bool:
+    return worker_starter(command) is not None
 
 
 def copies_to_start(command: Sequence[str], processes: int) -> int:

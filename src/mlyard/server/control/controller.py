@@ -54,7 +54,7 @@ from mlyard.server.services.nodes import record_nodes
 from mlyard.server.loop import Loop
 from mlyard.server.lifecycle import GONE, abandon, finish_stop, preemption_unsignalled, request_stop, succeed, switch_status
 from mlyard.server.settings import ServerSettings
-from mlyard.spec import JobStatus
+from mlyard.spec import JobSpec, JobStatus
 from mlyard.storage import BlobStore
 
 log = logging.getLogger("mlyard.controller")
@@ -362,7 +362,7 @@ class Controller:
             attempt = AttemptRow(job_id=job.id, number=job.attempt_count, created_at=now, master_port=master_port)
             session.add(attempt)
             session.flush()
-            rows, slots = self._replica_rows(session, decision, job, attempt, addresses, replica_ports)
+            rows, slots = self._replica_rows(session, decision, job, spec, attempt, addresses, replica_ports)
             token = auth.issue_token(session, name=f"job {job.id} attempt {attempt.number}", user_id=job.owner_id,
                                      job_id=job.id)
             switch_status(session, job, JobStatus.SCHEDULED, message=start_text(decision, spec), now=now)
@@ -378,11 +378,12 @@ class Controller:
                                              self.blobs, directories, secret_names=frozenset(secrets))
             return launch, attempt.id
 
-    def _replica_rows(self, session: Session, decision: StartJob, job: JobRow, attempt: AttemptRow,
-                      addresses: dict[str, str], replica_ports: list[int]) -> tuple[list[ReplicaRow], list[ReplicaSlot]]:
+    def _replica_rows(self, session: Session, decision: StartJob, job: JobRow, spec: JobSpec,
+                      attempt: AttemptRow, addresses: dict[str, str],
+                      replica_ports: list[int]) -> tuple[list[ReplicaRow], list[ReplicaSlot]]:
         """One row per placement, ranks in placement order, and each replica's rendezvous slot."""
         slots, rows = [], []
-        roles = {role.name: role for role in self.database.specs.of(job).roles}
+        roles = {role.name: role for role in spec.roles}
         for rank, placement in enumerate(decision.placements):
             name = f"{placement.role}-{placement.index}"
             row = ReplicaRow(

@@ -28,6 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from mlyard.runtime.processes import worker_starter
+
 CODE_MOUNT = "/mlyard/code"
 LABEL_JOB = "mlyard.job"
 LABEL_ATTEMPT = "mlyard.attempt"
@@ -38,7 +40,6 @@ that share one engine (job 1 of each)."""
 NOBODY = (65534, 65534)
 # What a job without a HOME of its own writes its dotfiles to: `nobody` has no home.
 DEFAULT_HOME = "/tmp"
-_TORCHRUN = ("torchrun", "torch.distributed.run", "torch.distributed.launch")
 
 
 @dataclass(frozen=True)
@@ -68,8 +69,8 @@ def replica_labels(job_id: int | str, attempt: int | str, replica: str, director
 
 
 def runs_torchrun(command: Sequence[str]) -> bool:
-    """`torchrun …` or `python -m torch.distributed.run …`, also inside `sh -c "…"`."""
-    return any(Path(word).name in _TORCHRUN for part in command for word in part.split())
+    """`torchrun …` or `python -m torch.distributed.run …` as the program, also inside `sh -c "…"`."""
+    return worker_starter(command) == "torchrun"
 
 
 def container_environment(env: Mapping[str, str], gpu_count: int, identity: ContainerIdentity) -> dict[str, str]:
