@@ -359,6 +359,7 @@ class Script:
         self.rounds = list(rounds)
         self.snapshots: list[ClusterSnapshot] = []
         controller.decide = self
+        controller.rounds.every_pass = True
 
     def __call__(self, snapshot: ClusterSnapshot, now: float) -> Decisions:
         self.snapshots.append(snapshot)

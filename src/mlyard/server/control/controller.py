@@ -28,26 +28,23 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from sqlalchemy import func, select
-from sqlalchemy.orm import Session, defer, selectinload
+from sqlalchemy import bindparam, select, update
+from sqlalchemy.orm import Session
 
 from mlyard.backends.base import AttemptLaunch, Backend, ReplicaObservation, ReplicaRef
 from mlyard.runtime.rendezvous import JobContext, ReplicaSlot, replica_environments
 from mlyard.scheduler import ClusterSnapshot, Decisions, StartJob, decide
 from mlyard.server import auth
-from mlyard.server.control import launches, project_limits
+from mlyard.server.control import launches
 from mlyard.server.control.attempts import holding_attempts, lock_jobs, replica_reference, schedulable, start_text
 from mlyard.server.control.judge import Action, judge, succeeded_before_failure
-from mlyard.server.control.scheduler_input import snapshot as cluster_snapshot
+from mlyard.server.control.rounds import Rounds
 from mlyard.server.store.db import Database
 from mlyard.server.store.rows import (
     AttemptRow,
     EnvironmentRow,
     JobEventRow,
     JobRow,
-    NodeRow,
-    ProjectRow,
-    QueueRow,
     ReplicaRow,
 )
 from mlyard.server.services.nodes import record_nodes
@@ -79,7 +76,7 @@ class Controller:
         self.observe_cycle = observe_cycle
         """Told the policy and the seconds of every scheduling round (`telemetry.py`)."""
         self._loop = Loop("mlyard-controller", self.reconcile_once, retry_seconds=settings.idle_tick_seconds)
-        self._next_restart_at: float | None = None
+        self.rounds = Rounds(database, settings)
         self.adopted: int | None = None
         """Replicas found running when this controller started; None until it has looked."""
         self._nodes_recorded_at = time.monotonic()
@@ -125,19 +122,22 @@ class Controller:
             # Nodes of a cluster come, go and fill up with other workloads.
             record_nodes(self.database, self.backend.name, self.backend.nodes())
             self._nodes_recorded_at = time.monotonic()
-        with self.database.transaction() as session:
+        with self.database.reading() as session:
             references = [replica_reference(replica) for attempt in holding_attempts(session)
                           if attempt.launched_at is not None for replica in attempt.replicas]
-        observations = self.backend.observe(references) if references else {}
-        stops, transient = self._apply_observations(observations, time.time())
+        stops, transient = [], False
+        if references:  # with nothing launched there is nothing to observe, and nothing to write
+            stops, transient = self._apply_observations(self.backend.observe(references), time.time())
         for stop in stops:
             self.backend.stop(stop.replicas, force=stop.force)
         acted = self._schedule(time.time())
         # Exits of replicas this server started wake the loop at once (backend.notify); the
         # tick covers the rest: starts, stops in progress, replicas of a previous server.
         delay = self.settings.busy_tick_seconds if transient or acted else self.settings.idle_tick_seconds
-        if self._next_restart_at is not None:  # a backoff that ends before the tick is not waited out longer
-            delay = max(0.0, min(delay, self._next_restart_at - time.time()))
+        if self.rounds.next_restart_at is not None:  # a backoff that ends before the tick is not waited out longer
+            delay = max(0.0, min(delay, self.rounds.next_restart_at - time.time()))
+        if self.rounds.come_back_at is not None:  # a round waits out its gap
+            delay = max(0.0, min(delay, self.rounds.come_back_at - time.monotonic()))
         return delay
 
     def _apply_observations(
@@ -226,47 +226,29 @@ class Controller:
 
     # ----------------------------------------------------------------- scheduling
     def _schedule(self, now: float) -> bool:
-        """One scheduling round; True when it started or stopped something. Also notes when the
-        next backoff ends (`_next_restart_at`), so the loop wakes for it."""
+        """One scheduling round, when one is due (`rounds.py`); True when it started or stopped
+        something."""
         began = time.perf_counter()
-        with self.database.transaction() as session:
-            self._next_restart_at = session.scalar(select(func.min(JobRow.restart_at)).where(
-                JobRow.status == JobStatus.RESTARTING.value, JobRow.restart_at > now))
-            queued = session.scalars(
-                select(JobRow)
-                .where(schedulable(now))
-                .options(defer(JobRow.spec), selectinload(JobRow.owner))
-                .order_by(JobRow.submitted_at, JobRow.id)
-            ).all()
-            holding = holding_attempts(session)
-            # Running jobs alone matter too: an elastic job may be grown into idle capacity.
-            if not queued and not holding:
-                self.database.specs.retain(())
-                return False
-            nodes = session.scalars(select(NodeRow)).all()
-            addresses = {node.name: node.address for node in nodes}
-            projects = {row.name: row for row in session.scalars(select(ProjectRow))}
-            specs = self.database.specs.load(session, [*queued, *(attempt.job for attempt in holding)])
-            self.database.specs.retain(specs)  # the specs of jobs this pass no longer sees are let go
-            queued, held_back = project_limits.admit(queued, holding, projects, specs)
-            snapshot = cluster_snapshot(nodes, holding, queued, specs=specs,
-                                        queues=session.scalars(select(QueueRow)).all(),
-                                        config=self.settings.scheduler_config())
-        decisions = self.decide(snapshot, now)
-        if held_back:
-            decisions = replace(decisions, waiting={**decisions.waiting, **held_back})
+        round_ = self.rounds.prepare(now)
+        if round_ is None:
+            return False
+        decisions = self.decide(round_.snapshot, now)
+        if round_.held_back:
+            decisions = replace(decisions, waiting={**decisions.waiting, **round_.held_back})
         stopped = self._record_decisions(decisions, now)
+        self.rounds.decided(round_, time.perf_counter() - began)
         if self.observe_cycle is not None:  # launches are the backend's time, not the round's
             self.observe_cycle(self.settings.scheduler_policy, time.perf_counter() - began)
         for decision in decisions.starts:
-            self._start(decision, addresses)
+            self._start(decision, round_.addresses)
         return stopped or bool(decisions.starts)
 
     def _record_decisions(self, decisions: Decisions, now: float) -> bool:
-        """Requests the stops the scheduler asked for and stores why queued jobs wait (a
-        reason is written only when it changed). True when a stop was requested."""
+        """Requests the stops the scheduler asked for and stores why queued jobs wait, in one
+        statement for the reasons that changed. True when a stop was requested."""
         stopped = False
-        if not (decisions.preemptions or decisions.resizes or decisions.waiting):
+        reasons = self.rounds.queued.changed_reasons(decisions.waiting)
+        if not (decisions.preemptions or decisions.resizes or reasons):
             return stopped
         with self.database.transaction() as session:
             for preemption in decisions.preemptions:
@@ -280,14 +262,13 @@ class Controller:
                 size = len(resize.placements)
                 reason = f"resize to {size} replica{'' if size == 1 else 's'}: {resize.reason}"
                 stopped |= self._stop_for_scheduler(session, resize.job_id, reason, now)
-            waiting = session.scalars(
-                select(JobRow).where(JobRow.id.in_(list(decisions.waiting)), schedulable(now))
-                .options(defer(JobRow.spec))
-            ) if decisions.waiting else ()
-            for job in waiting:
-                reason = decisions.waiting[job.id]
-                if job.wait_reason != reason:
-                    job.wait_reason = reason
+            if reasons:
+                jobs = JobRow.__table__
+                # A job started, cancelled or deleted meanwhile keeps what it has.
+                session.execute(update(jobs).where(jobs.c.id == bindparam("job"), schedulable(now))
+                                .values(wait_reason=bindparam("reason")),
+                                [{"job": job_id, "reason": reason} for job_id, reason in reasons])
+        self.rounds.queued.stored_reasons(reasons)
         return stopped
 
     def _stop_for_scheduler(self, session: Session, job_id: int, reason: str, now: float) -> bool:
@@ -342,7 +323,10 @@ class Controller:
         now = time.time()
         with self.database.transaction() as session:
             job = session.get(JobRow, decision.job_id, with_for_update=True)
-            if job is None or JobStatus(job.status) not in (JobStatus.QUEUED, JobStatus.RESTARTING):
+            if job is None:
+                self.rounds.queued.forget(decision.job_id)
+                return None
+            if JobStatus(job.status) not in (JobStatus.QUEUED, JobStatus.RESTARTING):
                 return None
             spec = self.database.specs.of(job)
             built = session.get(EnvironmentRow, spec.environment) if spec.environment else None

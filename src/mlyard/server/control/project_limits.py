@@ -13,9 +13,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from mlyard.server.scheduler_terms import smallest_gang
-from mlyard.server.store.rows import AttemptRow, JobRow, ProjectRow
-from mlyard.spec import JobSpec, format_bytes
+from mlyard.server.control.queued_jobs import QueuedJob
+from mlyard.server.store.rows import AttemptRow, ProjectRow
+from mlyard.spec import format_bytes
 
 
 @dataclass
@@ -34,12 +34,17 @@ def _shown(resource: str, value: float) -> str:
     return format_bytes(int(value)) if resource == "memory" else f"{value:g}"
 
 
-def admit(queued: Iterable[JobRow], holding: Iterable[AttemptRow], projects: Mapping[str, ProjectRow],
-          specs: Mapping[int, JobSpec]) -> tuple[list[JobRow], dict[int, str]]:
+def limits_of(projects: Mapping[str, ProjectRow]) -> dict[str, dict[str, float | int | None]]:
+    """The limits of each project that has any."""
+    return {name: _limits(row) for name, row in projects.items()
+            if any(value is not None for value in _limits(row).values())}
+
+
+def admit(queued: Iterable[QueuedJob], holding: Iterable[AttemptRow], projects: Mapping[str, ProjectRow],
+          ) -> tuple[list[QueuedJob], dict[int, str]]:
     """The queued jobs (in the given order) that may take part in the round, and the reason of
-    each one held back; `specs` holds each queued job's parsed spec by id."""
-    limited = {name: _limits(row) for name, row in projects.items()
-               if any(value is not None for value in _limits(row).values())}
+    each one held back."""
+    limited = limits_of(projects)
     if not limited:
         return list(queued), {}
     held: dict[str, _Held] = {name: _Held() for name in limited}
@@ -52,23 +57,21 @@ def admit(queued: Iterable[JobRow], holding: Iterable[AttemptRow], projects: Map
             usage.gpu += len(replica.gpu_ids)
             usage.cpu += replica.cpu
             usage.memory += replica.memory_bytes
-    admitted: list[JobRow] = []
+    admitted: list[QueuedJob] = []
     reasons: dict[int, str] = {}
     for job in queued:
         limits, usage = limited.get(job.project), held.get(job.project)
         if limits is None or usage is None:
             admitted.append(job)
             continue
-        gang = smallest_gang(specs[job.id])
         # Whole cores, or a share of one: what a replica holds, and what running jobs are counted in.
-        wanted = {"gpu": sum(replica.gpu for replica in gang), "cpu": sum(replica.shape[1] for replica in gang),
-                  "memory": sum(replica.memory_bytes for replica in gang), "jobs": 1}
+        wanted = {"gpu": job.gang.gpu, "cpu": job.gang.cpu, "memory": job.gang.memory, "jobs": 1}
         over = [resource for resource, limit in limits.items()
                 if limit is not None and getattr(usage, resource) + wanted[resource] > limit + 1e-9]
         if over:
             resource = over[0]
             label = "running jobs" if resource == "jobs" else resource
-            reasons[job.id] = (f"project {job.project!r} at its limit: {label} "
+            reasons[job.job_id] = (f"project {job.project!r} at its limit: {label} "
                                f"{_shown(resource, getattr(usage, resource))}/{_shown(resource, limits[resource])}"
                                f" (this job needs {_shown(resource, wanted[resource])})")
             continue

@@ -20,10 +20,11 @@ from sqlalchemy import Engine, create_engine, event, inspect, make_url, text
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session, sessionmaker
 
+from mlyard.server.store import revisions
 from mlyard.server.store.specs import SpecCache
 
 MIGRATIONS = Path(__file__).with_name("migrations")
-SCHEMA_REVISION = "0015"
+SCHEMA_REVISION = "0016"
 """The newest migration (a test keeps it equal to Alembic's head): a database already there is
 opened without importing Alembic, which is a good part of a server's start time, and a
 restarted server adopts its running jobs sooner."""
@@ -145,6 +146,7 @@ class Database:
         self.engine = make_engine(self.url)
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
         self._readers = sessionmaker(self.engine.execution_options(**{READ_ONLY: True}), expire_on_commit=False)
+        revisions.listen()
         self.specs = SpecCache()
         """The parsed specs of this database's jobs (`store/specs.py`)."""
 

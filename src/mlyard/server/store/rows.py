@@ -20,6 +20,7 @@ from sqlalchemy import (
     Text,
     UniqueConstraint,
     false,
+    text,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
@@ -69,7 +70,8 @@ class ApiTokenRow(Base):
 
 class JobRow(Base):
     __tablename__ = "jobs"
-    __table_args__ = (Index("ix_jobs_status_submitted", "status", "submitted_at"),)
+    __table_args__ = (Index("ix_jobs_status_submitted", "status", "submitted_at"),
+                      Index("ix_jobs_revision", "revision"))
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     name: Mapped[str] = mapped_column(String(63))
@@ -107,6 +109,9 @@ class JobRow(Base):
     threshold, as the utilization check found it (`idleness.py`); cleared when it leaves RUNNING."""
     idle_reason: Mapped[str | None] = mapped_column(Text, nullable=True)
     """The idle warning in words, set and cleared with `idle_since`."""
+    revision: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
+    """The `JobRevisionRow` value of the transaction that last changed what the scheduler reads
+    of this job (`store/revisions.py`); the controller reads only rows past the last it saw."""
 
     owner: Mapped[UserRow | None] = relationship()
     attempts: Mapped[list[AttemptRow]] = relationship(
@@ -117,12 +122,26 @@ class JobRow(Base):
     )
 
 
+class JobRevisionRow(Base):
+    """One row: the newest job revision handed out. Taken (incremented) by a transaction just
+    before it commits, so revisions become visible in the order they were given."""
+
+    __tablename__ = "job_revisions"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    value: Mapped[int] = mapped_column(BigInteger, default=0)
+
+
 class AttemptRow(Base):
     """One start of a whole job. `stop_*` columns record a stop in progress: the controller
     sends SIGTERM once, escalates to SIGKILL after `stop_deadline`, and applies `stop_outcome` to the
     job once no replica is left."""
 
     __tablename__ = "attempts"
+    # Every controller pass reads the unfinished attempts: a partial index keeps that read the
+    # size of what runs, not of the history.
+    __table_args__ = (Index("ix_attempts_unfinished", "id", sqlite_where=text("finished_at IS NULL"),
+                            postgresql_where=text("finished_at IS NULL")),)
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id"), index=True)

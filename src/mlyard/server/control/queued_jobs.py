@@ -1,0 +1,222 @@
+"""The jobs that wait to be scheduled, kept in memory between the controller's passes.
+
+The database stays the truth: the first `refresh` loads every queued (and restarting) job,
+and each later one reads only the jobs whose revision passed the highest it has seen
+(`store/revisions.py`), so a pass costs what changed, not what waits. A job's spec is parsed
+once, when it is first seen, into what the scheduler needs (its `PendingJob` and the smallest
+gang a project limit counts), and then dropped: a waiting job costs a few hundred bytes.
+Equal replica requests and strings are shared between jobs for the same reason.
+
+Only the controller's thread uses an instance.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from mlyard.scheduler import PendingJob, ReplicaRequest
+from mlyard.server.scheduler_terms import replica_requests, smallest_gang
+from mlyard.server.store.rows import JobRevisionRow, JobRow, UserRow
+from mlyard.spec import JobSpec, JobStatus
+
+_DEMAND_FIELDS = ("roles", "elastic", "placement", "max_runtime")
+"""The parts of a stored spec that `replica_requests` and the scheduler read."""
+WAITING = (JobStatus.QUEUED.value, JobStatus.RESTARTING.value)
+_CHUNK = 500
+_COLUMNS = (JobRow.id, JobRow.revision, JobRow.status, JobRow.restart_at, JobRow.project, JobRow.queue,
+            JobRow.priority, JobRow.submitted_at, JobRow.attained_service, JobRow.attained_time,
+            JobRow.queued_since, JobRow.wait_reason, UserRow.name)
+
+
+@dataclass(frozen=True, slots=True)
+class Gang:
+    """What a job's smallest gang holds once started: what a project's limits count."""
+
+    gpu: float
+    cpu: float
+    memory: int
+
+
+@dataclass(frozen=True, slots=True)
+class _Demand:
+    replicas: tuple[ReplicaRequest, ...]
+    max_runtime: float | None
+    min_replicas: int | None
+    same_node: bool
+    same_topology: str | None
+    gang: Gang
+
+
+@dataclass(slots=True)
+class QueuedJob:
+    pending: PendingJob
+    project: str
+    status: str
+    restart_at: float | None
+    wait_reason: str | None
+    """As stored: the controller writes a reason only when it differs."""
+    gang: Gang
+
+    @property
+    def job_id(self) -> int:
+        return self.pending.job_id
+
+
+class QueuedJobs:
+    def __init__(self) -> None:
+        self._jobs: dict[int, QueuedJob] = {}
+        self._seen: int | None = None
+        """The highest revision read; None: nothing loaded yet."""
+        self._order: list[QueuedJob] | None = None
+        self._restart_times: list[float] | None = None
+        self._shared: dict[object, object] = {}
+        self._demands: dict[str, _Demand] = {}
+        self.version = 0
+        """Grows whenever a job comes, goes or changes: equal versions, equal jobs."""
+        self.rows_read = 0
+        self.specs_parsed = 0
+        """Counters of the work done so far (the tests read them); specs are parsed once per
+        distinct demand."""
+
+    def __len__(self) -> int:
+        return len(self._jobs)
+
+    def clear(self) -> None:
+        """Forgets everything: the next `refresh` loads every waiting job again."""
+        self._jobs.clear()
+        self._demands.clear()
+        self._seen = None
+        self._order = self._restart_times = None
+        self.version += 1
+
+    def refresh(self, session: Session) -> None:
+        """Catches up with the database: every waiting job the first time, then the changed ones."""
+        if self._seen is None:
+            # Read the revision first: a change committed after it is read again next time.
+            self._seen = session.scalar(select(JobRevisionRow.value).where(JobRevisionRow.id == 1)) or 0
+            rows = session.execute(self._select().where(JobRow.status.in_(WAITING))
+                                   .execution_options(yield_per=2000))
+        else:
+            rows = session.execute(self._select().where(JobRow.revision > self._seen).order_by(JobRow.revision))
+        changed, new = [], []
+        for row in rows:
+            self.rows_read += 1
+            self._seen = max(self._seen, row.revision)
+            if row.status not in WAITING:
+                if self._jobs.pop(row.id, None) is not None:
+                    changed.append(row.id)
+            elif row.id in self._jobs:
+                self._update(self._jobs[row.id], row)
+                changed.append(row.id)
+            else:
+                new.append(row)
+        for start in range(0, len(new), _CHUNK):
+            chunk = new[start:start + _CHUNK]
+            ids = [row.id for row in chunk]
+            specs = dict(session.execute(select(JobRow.id, JobRow.spec).where(JobRow.id.in_(ids))).all())
+            for row in chunk:
+                if row.id in specs:
+                    self._jobs[row.id] = self._entry(row, self._demand(specs[row.id]))
+        if changed or new:
+            self._order = self._restart_times = None
+            self.version += 1
+
+    def forget(self, job_id: int) -> None:
+        """A job found gone (deleted) when it was to start."""
+        if self._jobs.pop(job_id, None) is not None:
+            self._order = self._restart_times = None
+            self.version += 1
+
+    def schedulable(self, now: float) -> list[QueuedJob]:
+        """Queued jobs and restarting ones whose backoff is over, oldest submission first."""
+        if self._order is None:
+            self._order = sorted(self._jobs.values(), key=lambda job: (job.pending.submitted_at, job.job_id))
+        return [job for job in self._order
+                if job.status == JobStatus.QUEUED.value or (job.restart_at is not None and job.restart_at <= now)]
+
+    def next_restart(self, now: float) -> float | None:
+        """When the next backoff still running ends."""
+        return min((at for at in self._restarting() if at > now), default=None)
+
+    def restarts_due(self, now: float) -> int:
+        """How many restarting jobs may be scheduled again: it grows with time alone."""
+        return sum(at <= now for at in self._restarting())
+
+    def _restarting(self) -> list[float]:
+        if self._restart_times is None:
+            self._restart_times = [job.restart_at for job in self._jobs.values()
+                                   if job.status == JobStatus.RESTARTING.value and job.restart_at is not None]
+        return self._restart_times
+
+    def changed_reasons(self, reasons: Mapping[int, str]) -> list[tuple[int, str]]:
+        """The (job, reason) pairs that differ from what is stored."""
+        return [(job_id, reason) for job_id, reason in reasons.items()
+                if job_id in self._jobs and self._jobs[job_id].wait_reason != reason]
+
+    def stored_reasons(self, written: Iterable[tuple[int, str]]) -> None:
+        for job_id, reason in written:
+            if job_id in self._jobs:
+                self._jobs[job_id].wait_reason = self._share(reason)
+
+    # ----------------------------------------------------------------- rows to entries
+    @staticmethod
+    def _select():
+        return select(*_COLUMNS).outerjoin(UserRow, JobRow.owner_id == UserRow.id)
+
+    def _share(self, value):
+        """One object for every equal value (names, reasons, replica requests, gangs)."""
+        if value is None:
+            return None
+        if isinstance(value, str):
+            return sys.intern(value)
+        return self._shared.setdefault(value, value)
+
+    def _demand(self, stored: dict) -> _Demand:
+        """What the scheduler reads of a stored spec. Specs are stored as validated, so equal
+        parts mean equal demands: jobs that differ only in their commands or settings (the
+        trials of a sweep, the steps of a workflow) share one, parsed once."""
+        key = json.dumps([stored.get(name) for name in _DEMAND_FIELDS], sort_keys=True)
+        demand = self._demands.get(key)
+        if demand is None:
+            spec = JobSpec.model_validate(stored)
+            self.specs_parsed += 1
+            gang = smallest_gang(spec)
+            demand = self._demands[key] = _Demand(
+                replicas=tuple(self._share(request) for request in replica_requests(spec)),
+                max_runtime=spec.max_runtime,
+                min_replicas=spec.elastic.min_replicas if spec.elastic is not None else None,
+                same_node=spec.placement.same_node, same_topology=spec.placement.same_topology,
+                gang=Gang(gpu=sum(request.gpu for request in gang), cpu=sum(request.shape[1] for request in gang),
+                          memory=sum(request.memory_bytes for request in gang)),
+            )
+        return demand
+
+    def _entry(self, row, demand: _Demand) -> QueuedJob:
+        pending = PendingJob(
+            job_id=row.id, submitted_at=row.submitted_at, replicas=demand.replicas,
+            queue=self._share(row.queue), priority=row.priority, user=self._share(row.name or ""),
+            attained_service=row.attained_service, attained_time=row.attained_time, queued_since=row.queued_since,
+            max_runtime=demand.max_runtime, min_replicas=demand.min_replicas, same_node=demand.same_node,
+            same_topology=demand.same_topology,
+        )
+        return QueuedJob(pending=pending, project=self._share(row.project), status=self._share(row.status),
+                         restart_at=row.restart_at, wait_reason=self._share(row.wait_reason), gang=demand.gang)
+
+    def _update(self, job: QueuedJob, row) -> None:
+        pending = job.pending
+        values = {"submitted_at": row.submitted_at, "queue": self._share(row.queue), "priority": row.priority,
+                  "user": self._share(row.name or ""), "attained_service": row.attained_service,
+                  "attained_time": row.attained_time, "queued_since": row.queued_since}
+        if any(getattr(pending, name) != value for name, value in values.items()):
+            job.pending = replace(pending, **values)
+        job.project = self._share(row.project)
+        job.status = self._share(row.status)
+        job.restart_at = row.restart_at
+        job.wait_reason = self._share(row.wait_reason)
+

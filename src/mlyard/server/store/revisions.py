@@ -1,0 +1,68 @@
+"""Job revisions: which jobs changed, in commit order, so the controller reads only those.
+
+A transaction that inserts a job or changes what the scheduler reads of one (its status,
+backoff, queue, priority, service …) takes the next value of the one-row `job_revisions`
+table just before it commits and stamps it on those jobs. Taking the value locks that row
+until the commit, so a transaction that saw revision R committed sees every revision below R
+committed too: a reader that keeps the highest revision it read never misses a change. The
+lock is taken last, after every row lock of the transaction, so it cannot close a cycle of
+waits. Changes the scheduler does not read (a waiting reason, an idle warning) take none.
+
+Statements that bypass the ORM's flush (Core inserts and updates of `jobs`) call `touch`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from sqlalchemy import event, inspect, update
+from sqlalchemy.orm import Session
+
+from mlyard.server.store.rows import JobRevisionRow, JobRow
+
+SCHEDULED_COLUMNS = ("status", "restart_at", "project", "queue", "priority", "owner_id", "attained_service",
+                     "attained_time", "queued_since", "submitted_at", "spec")
+"""What the scheduler reads of a job; a change of anything else takes no revision."""
+_CHANGED = "mlyard_changed_jobs"
+
+
+def touch(session: Session, job_ids: Iterable[int]) -> None:
+    """Marks jobs changed by this transaction outside the ORM's flush."""
+    session.info.setdefault(_CHANGED, set()).update(job_ids)
+
+
+def _scheduled_change(job: JobRow) -> bool:
+    state = inspect(job)
+    return any(state.attrs[name].history.has_changes() for name in SCHEDULED_COLUMNS)
+
+
+def _note_changes(session: Session, _context) -> None:
+    changed = [job.id for job in session.new if isinstance(job, JobRow)]
+    changed += [job.id for job in session.dirty if isinstance(job, JobRow) and _scheduled_change(job)]
+    if changed:
+        touch(session, changed)
+
+
+def _stamp(session: Session) -> None:
+    session.flush()  # a change not flushed yet is noted too
+    changed = session.info.pop(_CHANGED, None)
+    if not changed:
+        return
+    table = JobRevisionRow.__table__
+    value = session.execute(update(table).where(table.c.id == 1).values(value=table.c.value + 1)
+                            .returning(table.c.value)).scalar_one()
+    jobs = JobRow.__table__
+    ids = sorted(changed)
+    for start in range(0, len(ids), 500):
+        session.execute(update(jobs).where(jobs.c.id.in_(ids[start:start + 500])).values(revision=value))
+
+
+def _forget(session: Session) -> None:
+    session.info.pop(_CHANGED, None)
+
+
+def listen() -> None:
+    """Stamps revisions in every session from now on (once per process)."""
+    for name, listener in (("after_flush", _note_changes), ("before_commit", _stamp), ("after_rollback", _forget)):
+        if not event.contains(Session, name, listener):
+            event.listen(Session, name, listener)
