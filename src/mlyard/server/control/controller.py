@@ -77,6 +77,8 @@ class Controller:
         """Told the policy and the seconds of every scheduling round (`telemetry.py`)."""
         self._loop = Loop("mlyard-controller", self.reconcile_once, retry_seconds=settings.idle_tick_seconds)
         self.rounds = Rounds(database, settings)
+        self._last_pass = (0.0, 0.0)
+        """When the last pass ended and how long it took (monotonic seconds)."""
         self.adopted: int | None = None
         """Replicas found running when this controller started; None until it has looked."""
         self._nodes_recorded_at = time.monotonic()
@@ -116,18 +118,32 @@ class Controller:
 
     # ----------------------------------------------------------------- one pass
     def reconcile_once(self) -> float:
-        """One pass; returns how long to sleep before the next unless woken."""
+        """One pass; returns how long to sleep before the next unless woken. A pass keeps a gap
+        after the last as long as the last took: woken by every submission of a stream, the
+        controller takes half a core at most and each pass serves the submissions of the gap."""
+        time.sleep(max(0.0, self._last_pass[0] + self._last_pass[1] - time.monotonic()))
+        began = time.monotonic()
+        try:
+            return self._pass()
+        finally:
+            self._last_pass = (time.monotonic(), time.monotonic() - began)
+
+    def _pass(self) -> float:
         refresh = self.backend.node_refresh_seconds
         if refresh is not None and time.monotonic() - self._nodes_recorded_at >= refresh:
             # Nodes of a cluster come, go and fill up with other workloads.
             record_nodes(self.database, self.backend.name, self.backend.nodes())
             self._nodes_recorded_at = time.monotonic()
         with self.database.reading() as session:
-            references = [replica_reference(replica) for attempt in holding_attempts(session)
-                          if attempt.launched_at is not None for replica in attempt.replicas]
+            launched = [attempt for attempt in holding_attempts(session) if attempt.launched_at is not None]
+            specs = self.database.specs.load(session, [attempt.job for attempt in launched])
+        references = [replica_reference(replica) for attempt in launched for replica in attempt.replicas]
         stops, transient = [], False
-        if references:  # with nothing launched there is nothing to observe, and nothing to write
-            stops, transient = self._apply_observations(self.backend.observe(references), time.time())
+        observations = self.backend.observe(references) if references else {}
+        # Nothing launched, or jobs running on as they were: nothing to write, and no write lock
+        # taken that a submission would wait for.
+        if not self._settled(launched, specs, observations, time.time()):
+            stops, transient = self._apply_observations(observations, time.time())
         for stop in stops:
             self.backend.stop(stop.replicas, force=stop.force)
         acted = self._schedule(time.time())
@@ -139,6 +155,27 @@ class Controller:
         if self.rounds.come_back_at is not None:  # a round waits out its gap
             delay = max(0.0, min(delay, self.rounds.come_back_at - time.monotonic()))
         return delay
+
+    @staticmethod
+    def _settled(attempts: list[AttemptRow], specs: dict[int, JobSpec], observations: dict[int, ReplicaObservation],
+                 now: float) -> bool:
+        """Whether a pass over these attempts (as read) would change nothing: each job RUNNING
+        with no stop or cancellation asked and its `max_runtime` not passed, and the backend
+        saying of each replica what its row says."""
+        for attempt in attempts:
+            job = attempt.job
+            if (attempt.stop_requested_at is not None or job.cancel_requested_at is not None
+                    or job.status != JobStatus.RUNNING.value):
+                return False
+            max_runtime = specs[job.id].max_runtime
+            if max_runtime is not None and now - attempt.launched_at > max_runtime:
+                return False
+            for replica in attempt.replicas:
+                seen = observations.get(replica.id)
+                if seen is not None and (seen.state != replica.state or seen.reason != replica.reason or seen.is_gone
+                                         or (replica.started_at is None and seen.started_at is not None)):
+                    return False
+        return True
 
     def _apply_observations(
         self, observations: dict[int, ReplicaObservation], now: float

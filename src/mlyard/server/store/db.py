@@ -10,9 +10,10 @@ psycopg 3 (`postgresql+psycopg://…`; `postgresql://` and `postgres://` mean th
 from __future__ import annotations
 
 import sqlite3
+import threading
 import time
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -146,6 +147,11 @@ class Database:
         self.engine = make_engine(self.url)
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
         self._readers = sessionmaker(self.engine.execution_options(**{READ_ONLY: True}), expire_on_commit=False)
+        # SQLite has one writer at a time, and a writer that finds the lock taken sleeps in
+        # SQLite's busy handler in steps of up to 100 ms. The threads of this process queue on
+        # a lock of their own instead, and each goes the moment the last one commits; other
+        # processes on the file still meet the busy timeout.
+        self._writer = threading.RLock() if self.url.startswith("sqlite") else nullcontext()
         revisions.listen()
         self.specs = SpecCache()
         """The parsed specs of this database's jobs (`store/specs.py`)."""
@@ -164,7 +170,7 @@ class Database:
     def transaction(self) -> Iterator[Session]:
         """A session whose work is committed on success and rolled back on any error.
         No process or network call may happen inside it."""
-        with self._sessions() as session, session.begin():
+        with self._writer, self._sessions() as session, session.begin():
             yield session
 
     @contextmanager
