@@ -75,6 +75,7 @@ class QueuedJobs:
         """The highest revision read; None: nothing loaded yet."""
         self._order: list[QueuedJob] | None = None
         self._restart_times: list[float] | None = None
+        self._added = False
         self._shared: dict[object, object] = {}
         self._demands: dict[str, _Demand] = {}
         self.version = 0
@@ -104,28 +105,35 @@ class QueuedJobs:
                                    .execution_options(yield_per=2000))
         else:
             rows = session.execute(self._select().where(JobRow.revision > self._seen).order_by(JobRow.revision))
-        changed, new = [], []
+        changed, new = False, []
         for row in rows:
             self.rows_read += 1
             self._seen = max(self._seen, row.revision)
             if row.status not in WAITING:
-                if self._jobs.pop(row.id, None) is not None:
-                    changed.append(row.id)
+                changed |= self._jobs.pop(row.id, None) is not None
             elif row.id in self._jobs:
                 self._update(self._jobs[row.id], row)
-                changed.append(row.id)
+                changed = True
             else:
                 new.append(row)
-        for start in range(0, len(new), _CHUNK):
-            chunk = new[start:start + _CHUNK]
-            ids = [row.id for row in chunk]
-            specs = dict(session.execute(select(JobRow.id, JobRow.spec).where(JobRow.id.in_(ids))).all())
-            for row in chunk:
-                if row.id in specs:
-                    self._jobs[row.id] = self._entry(row, self._demand(specs[row.id]))
-        if changed or new:
+                if len(new) == _CHUNK:  # a first load holds no more rows than a chunk at once
+                    self._add(session, new)
+                    new = []
+        self._add(session, new)
+        if changed or self._added:
             self._order = self._restart_times = None
             self.version += 1
+            self._added = False
+
+    def _add(self, session: Session, rows: list) -> None:
+        if not rows:
+            return
+        ids = [row.id for row in rows]
+        specs = dict(session.execute(select(JobRow.id, JobRow.spec).where(JobRow.id.in_(ids))).all())
+        for row in rows:
+            if row.id in specs:
+                self._jobs[row.id] = self._entry(row, self._demand(specs[row.id]))
+                self._added = True
 
     def forget(self, job_id: int) -> None:
         """A job found gone (deleted) when it was to start."""
