@@ -9,12 +9,12 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from mlyard.client import settings as client_settings
 from mlyard.api.accounts import MAX_PASSWORD, MIN_PASSWORD, TokenInfo
-from mlyard.cli.jobs import OutputOption
-from mlyard.cli.output import OutputFormat, console, print_json
-from mlyard.cli.submission import UsageError
+from mlyard.cli.console import console
+from mlyard.cli.options import OutputFormat, OutputOption, UsageError
+from mlyard.cli.output import print_json
 from mlyard.client import Client, ClientError
+from mlyard.client import settings as client_settings
 from mlyard.spec import parse_duration
 
 users_app = typer.Typer(help="Users (administrators add them and may set their passwords).")

@@ -11,9 +11,9 @@ from rich.markup import escape
 from rich.table import Table
 
 from mlyard.api.audit import DEFAULT_PAGE, MAX_PAGE, AuditEvent
-from mlyard.cli.jobs import OutputOption
-from mlyard.cli.output import OutputFormat, console, print_json
-from mlyard.cli.submission import UsageError
+from mlyard.cli.console import console
+from mlyard.cli.options import OutputFormat, OutputOption, UsageError
+from mlyard.cli.output import print_json
 from mlyard.cli.usage import parse_moment
 from mlyard.client import Client
 

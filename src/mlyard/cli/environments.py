@@ -12,9 +12,9 @@ from rich.markup import escape
 from rich.table import Table
 
 from mlyard.api.errors import field_errors, summarize
-from mlyard.cli.jobs import OutputOption
-from mlyard.cli.output import OutputFormat, ago, console, errors, print_json
-from mlyard.cli.submission import UsageError
+from mlyard.cli.console import console, errors
+from mlyard.cli.options import OutputFormat, OutputOption, UsageError
+from mlyard.cli.output import ago, print_json
 from mlyard.client import Client
 from mlyard.api.environments import EnvironmentInfo, EnvironmentRequest
 from mlyard.errors import MlyardError

@@ -1,4 +1,4 @@
-"""Job commands: submit, run, jobs, show, logs, cancel, wait."""
+"""Job commands: submit, run, show, logs, cancel, wait (`mlyard jobs` lists them: `mlyard.cli.listing`)."""
 
 from __future__ import annotations
 
@@ -12,54 +12,54 @@ import typer
 from rich.markup import escape
 
 from mlyard.api.jobs import JobInfo
-from mlyard.cli.output import (
-    OutputFormat,
-    console,
-    duration,
-    errors,
-    jobs_table,
-    print_job_detail,
-    print_json,
-    status_text,
-)
+from mlyard.cli.batch import submit_files
+from mlyard.cli.console import errors
+from mlyard.cli.options import JobArgument, OutputFormat, OutputOption, UsageError
+from mlyard.cli.output import duration, print_job_detail, print_json, status_text
 from mlyard.cli.resources import current_usage
 from mlyard.cli.submission import (
-    UsageError,
     add_secret_env,
     apply_overrides,
     load_spec_file,
+    snapshot_project,
     upload_code,
     validate_spec,
 )
 from mlyard.client import Client, ClientError
 from mlyard.spec import JobStatus, parse_memory
 
-OutputOption = Annotated[OutputFormat, typer.Option("--output", "-o", help="table or json")]
 MaxCodeSizeOption = Annotated[str, typer.Option(
     envvar="MLYARD_MAX_SNAPSHOT", help="largest code directory to upload, e.g. 500Mi (the server has its own limit)",
 )]
-JobArgument = Annotated[int, typer.Argument(help="the job's id", metavar="JOB")]
 SecretEnvOption = Annotated[list[str] | None, typer.Option(
     "--secret-env", metavar="NAME", help="pass this variable of your environment to the replicas as a secret "
     "(env_secrets: stored encrypted, never shown); repeat for more")]
 
 
+def _code_size(max_code_size: str) -> int:
+    try:
+        return parse_memory(max_code_size)
+    except ValueError as error:
+        raise UsageError(f"--max-code-size: {error}") from None
+
+
+def _code_directory(context: Path, no_code: bool) -> Path | None:
+    if no_code:
+        return None
+    if not context.is_dir():
+        raise UsageError(f"--context {context} is not a directory")
+    return context
+
+
 def _submit_and_report(spec_data: dict, *, context: Path, no_code: bool, follow: bool, output: OutputFormat,
                        max_code_size: str) -> None:
     spec = validate_spec(spec_data)
-    try:
-        max_bytes = parse_memory(max_code_size)
-    except ValueError as error:
-        raise UsageError(f"--max-code-size: {error}") from None
+    max_bytes = _code_size(max_code_size)
     with Client() as client:
-        if not no_code:
-            if not context.is_dir():
-                raise UsageError(f"--context {context} is not a directory")
-            # A project named in the spec keeps the code from the upload on, within its storage
-            # limit; otherwise the submission charges whichever project the job joins.
-            project = spec.project if "project" in spec.model_fields_set else None
-            spec = spec.model_copy(update={"snapshot": upload_code(client, context, max_bytes=max_bytes,
-                                                                   project=project)})
+        directory = _code_directory(context, no_code)
+        if directory is not None:
+            digest = upload_code(client, directory, max_bytes=max_bytes, projects=[snapshot_project(spec)])
+            spec = spec.model_copy(update={"snapshot": digest})
         job = client.submit(spec)
         if output is OutputFormat.json and not follow:
             print_json(job)
@@ -110,19 +110,30 @@ def follow_job(client: Client, job: JobInfo, *, timeout: float | None = None, lo
 
 
 def submit(
-    file: Annotated[Path, typer.Argument(help="job spec, YAML or JSON", metavar="FILE")],
-    set_values: Annotated[list[str] | None, typer.Option("--set", help="override a field: key.sub=value")] = None,
-    context: Annotated[Path, typer.Option(help="code directory to snapshot")] = Path("."),
+    files: Annotated[list[Path], typer.Argument(
+        help="job specs, YAML or JSON; several are submitted together, all or none per 1,000", metavar="FILE")],
+    set_values: Annotated[list[str] | None, typer.Option(
+        "--set", help="override a field: key.sub=value (in every file)")] = None,
+    context: Annotated[Path, typer.Option(help="code directory to snapshot (one snapshot for every file)")
+                       ] = Path("."),
     no_code: Annotated[bool, typer.Option("--no-code", help="run without a code snapshot")] = False,
-    follow: Annotated[bool, typer.Option("--follow", "-f", help="stream logs until the job ends")] = False,
+    follow: Annotated[bool, typer.Option("--follow", "-f", help="stream logs until the job ends (one file)")
+                      ] = False,
     output: OutputOption = OutputFormat.table,
     max_code_size: MaxCodeSizeOption = "200Mi",
     secret_env: SecretEnvOption = None,
 ) -> None:
-    """Submit a job from a spec file; the working directory is uploaded as its code."""
-    data = add_secret_env(apply_overrides(load_spec_file(file), set_values or []), secret_env or [])
-    _submit_and_report(data, context=context, no_code=no_code, follow=follow, output=output,
-                       max_code_size=max_code_size)
+    """Submit jobs from spec files; the working directory is uploaded as their code."""
+    if len(files) == 1:
+        data = add_secret_env(apply_overrides(load_spec_file(files[0]), set_values or []), secret_env or [])
+        _submit_and_report(data, context=context, no_code=no_code, follow=follow, output=output,
+                           max_code_size=max_code_size)
+        return
+    if follow:
+        raise UsageError("--follow streams one job: give one job file")
+    max_bytes = _code_size(max_code_size)
+    submit_files(files, overrides=set_values or [], secret_env=secret_env or [],
+                 context=_code_directory(context, no_code), max_bytes=max_bytes, output=output)
 
 
 def run(
@@ -177,25 +188,6 @@ def _name_from(command: list[str]) -> str:
             if cleaned:
                 return cleaned
     return "job"
-
-
-def jobs(
-    show_all: Annotated[bool, typer.Option("--all", "-a", help="include finished jobs")] = False,
-    status: Annotated[list[JobStatus] | None, typer.Option(help="only jobs in this status")] = None,
-    queue: Annotated[str | None, typer.Option(help="only this queue's jobs")] = None,
-    owner: Annotated[str | None, typer.Option(help="only jobs this user submitted")] = None,
-    search: Annotated[str | None, typer.Option("--search", "-s", help="only jobs whose name contains this")] = None,
-    output: OutputOption = OutputFormat.table,
-) -> None:
-    """List jobs (unfinished ones unless --all or --status)."""
-    with Client() as client:
-        found = client.jobs(statuses=status or (), include_finished=show_all, queue=queue, owner=owner, search=search)
-    if output is OutputFormat.json:
-        print_json(found)
-    elif not found:
-        errors.print("no jobs" + ("" if show_all else " (use --all to include finished ones)"))
-    else:
-        console.print(jobs_table(found))
 
 
 def show(job_id: JobArgument, output: OutputOption = OutputFormat.table) -> None:
@@ -261,8 +253,3 @@ def wait(
         errors.print(f"job {job.id} {status_text(job.status)}{note}", highlight=False)
     if job.status is not JobStatus.SUCCEEDED:
         raise typer.Exit(1)
-
-
-def register(app: typer.Typer) -> None:
-    for command in (submit, run, jobs, show, logs, cancel, wait):
-        app.command()(command)

@@ -10,10 +10,10 @@ import typer
 from rich.table import Table
 
 from mlyard.api.metrics import METRICS_PAGE_SIZE, MetricPoint
-from mlyard.cli.jobs import JobArgument, OutputOption
-from mlyard.cli.output import OutputFormat, console, print_json
+from mlyard.cli.console import console
+from mlyard.cli.options import JobArgument, OutputFormat, OutputOption, UsageError
+from mlyard.cli.output import print_json
 from mlyard.cli.resources import Resolution, show_resources
-from mlyard.cli.submission import UsageError
 from mlyard.client import Client
 
 FOLLOW_SECONDS = 2.0

@@ -5,8 +5,9 @@ from __future__ import annotations
 from rich.markup import escape
 
 from mlyard.api.nodes import JOBS_RUN_AS
-from mlyard.cli.jobs import OutputOption
-from mlyard.cli.output import OutputFormat, console, print_json, nodes_table
+from mlyard.cli.console import console
+from mlyard.cli.options import OutputFormat, OutputOption
+from mlyard.cli.output import nodes_table, print_json
 from mlyard.client import Client
 
 

@@ -1,44 +1,23 @@
-"""How the CLI prints: Rich tables for people, JSON (`--output json`) for scripts."""
+"""How the CLI prints: Rich tables for people, JSON (`--output json`) for scripts. (`mlyard jobs`
+writes its own lines: `mlyard.cli.listing`; `ago` and `duration` live in `mlyard.cli.words`.)"""
 
 from __future__ import annotations
 
-import enum
 import json
 import sys
 import time
 from collections.abc import Sequence
 
 from pydantic import BaseModel
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from mlyard.api.jobs import NOT_CONNECTED, AttemptInfo, JobDetail, JobInfo, ReplicaInfo
+from mlyard.api.jobs import AttemptInfo, JobDetail, JobInfo, ReplicaInfo
 from mlyard.api.nodes import JOBS_RUN_AS, NodeInfo
 from mlyard.api.queues import QueueAmounts, QueueInfo
+from mlyard.cli.console import console
+from mlyard.cli.words import STATUS_STYLES, ago, duration, job_runtime
 from mlyard.spec import JobStatus, format_bytes
-
-console = Console()
-errors = Console(stderr=True, soft_wrap=True)  # an error stays one line, whatever the width
-if not console.is_terminal:  # piped output: wide rows rather than truncated columns
-    console = Console(width=200)
-
-STATUS_STYLES = {
-    JobStatus.QUEUED: "yellow",
-    JobStatus.SCHEDULED: "cyan",
-    JobStatus.STARTING: "cyan",
-    JobStatus.RUNNING: "blue",
-    JobStatus.RESTARTING: "magenta",
-    JobStatus.PREEMPTED: "magenta",
-    JobStatus.SUCCEEDED: "green",
-    JobStatus.FAILED: "red",
-    JobStatus.CANCELLED: "dim",
-}
-
-
-class OutputFormat(str, enum.Enum):
-    table = "table"
-    json = "json"
 
 
 def print_json(value: BaseModel | Sequence[BaseModel]) -> None:
@@ -51,58 +30,6 @@ def print_json(value: BaseModel | Sequence[BaseModel]) -> None:
 
 def status_text(status: JobStatus) -> str:
     return f"[{STATUS_STYLES[status]}]{status.value}[/]"
-
-
-def ago(timestamp: float | None) -> str:
-    if timestamp is None:
-        return "-"
-    return duration(time.time() - timestamp) + " ago"
-
-
-def duration(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    seconds = max(0.0, seconds)
-    if seconds < 60:
-        return f"{seconds:.1f}s"
-    minutes, seconds = divmod(int(seconds), 60)
-    if minutes < 60:
-        return f"{minutes}m{seconds:02d}s"
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours}h{minutes:02d}m"
-
-
-def job_runtime(job: JobInfo) -> float | None:
-    if job.started_at is None:
-        return None
-    return (job.finished_at or time.time()) - job.started_at
-
-
-def jobs_table(jobs: Sequence[JobInfo]) -> Table:
-    table = Table(box=None, header_style="bold")
-    for column in ("ID", "NAME", "STATUS", "REPLICAS", "QUEUE", "SUBMITTED", "RUNTIME", "MESSAGE"):
-        table.add_column(column, no_wrap=column != "MESSAGE")
-    for job in jobs:
-        table.add_row(
-            str(job.id), job.name, status_text(job.status) + idle_marker(job) + warning_marker(job),
-            str(job.replica_count), job.queue, ago(job.submitted_at), duration(job_runtime(job)),
-            escape(job.wait_reason or job.message or " · ".join(filter(None, (job.idle_reason, job.warning)))),
-        )
-    return table
-
-
-def warning_marker(job: JobInfo) -> str:
-    """What follows the status of a running job with a warning about how it runs."""
-    if job.warning is None:
-        return ""
-    return " [yellow](not connected)[/]" if job.warning.startswith(NOT_CONNECTED) else " [yellow](warning)[/]"
-
-
-def idle_marker(job: JobInfo) -> str:
-    """What follows the status of a running job that leaves what it holds idle."""
-    if job.idle_since is None:
-        return ""
-    return f" [yellow](idle {duration(time.time() - job.idle_since)})[/]"
 
 
 USAGE_STALE_SECONDS = 60.0

@@ -7,9 +7,9 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
-from mlyard.cli.jobs import OutputOption
-from mlyard.cli.output import OutputFormat, ago, console, print_json
-from mlyard.cli.submission import UsageError
+from mlyard.cli.console import console
+from mlyard.cli.options import OutputFormat, OutputOption, UsageError
+from mlyard.cli.output import ago, print_json
 from mlyard.client import Client
 from mlyard.api.projects import ProjectInfo, ProjectStorage
 from mlyard.spec import format_bytes, parse_memory

@@ -9,16 +9,9 @@ import typer
 from pydantic import ValidationError
 
 from mlyard.api.queues import QueueSettings
-from mlyard.cli.jobs import OutputOption
-from mlyard.cli.output import (
-    OutputFormat,
-    console,
-    errors,
-    print_json,
-    print_waiting,
-    queues_table,
-)
-from mlyard.cli.submission import UsageError
+from mlyard.cli.console import console, errors
+from mlyard.cli.options import OutputFormat, OutputOption, UsageError
+from mlyard.cli.output import print_json, print_waiting, queues_table
 from mlyard.client import Client
 from mlyard.spec import NAME_PATTERN
 

@@ -8,8 +8,9 @@ import time
 from rich.table import Table
 
 from mlyard.api.resources import JobResources, JobUsagePoint
-from mlyard.cli.output import OutputFormat, console, print_json
-from mlyard.cli.submission import UsageError
+from mlyard.cli.console import console
+from mlyard.cli.options import OutputFormat, UsageError
+from mlyard.cli.output import print_json
 from mlyard.client import Client, ClientError
 from mlyard.spec import format_bytes, parse_duration
 

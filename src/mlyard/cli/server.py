@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from mlyard.cli.output import errors
+from mlyard.cli.console import errors
 
 server_app = typer.Typer(help="Start, stop and inspect the mlyard server.", no_args_is_help=True)
 

@@ -13,8 +13,8 @@ import typer
 from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from mlyard.cli.output import console, errors
-from mlyard.cli.submission import UsageError
+from mlyard.cli.console import console, errors
+from mlyard.cli.options import UsageError
 from mlyard.scheduler import POLICIES
 from mlyard.sim import (
     FORMATS,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -18,14 +19,11 @@ from rich.progress import (
 )
 
 from mlyard.api.errors import field_errors, summarize
-from mlyard.cli.output import errors
+from mlyard.cli.console import errors
+from mlyard.cli.options import UsageError
 from mlyard.client import Client
 from mlyard.spec import JobSpec
 from mlyard.storage import pack_directory
-
-
-class UsageError(Exception):
-    """Bad input on the command line or in a job file: printed as one line, exit code 2."""
 
 
 def load_spec_file(path: Path) -> dict[str, Any]:
@@ -96,9 +94,11 @@ def validate_spec(data: dict[str, Any]) -> JobSpec:
         raise UsageError(f"invalid job spec: {summarize(field_errors(error.errors()))}") from None
 
 
-def upload_code(client: Client, directory: Path, *, max_bytes: int, project: str | None = None) -> str:
-    """Packs `directory` (honouring .gitignore and .mlyardignore), uploads it unless the server
-    already has it, and returns its digest. Shows progress bars on a terminal."""
+def upload_code(client: Client, directory: Path, *, max_bytes: int,
+                projects: Collection[str | None] = (None,)) -> str:
+    """Packs `directory` (honouring .gitignore and .mlyardignore) once, uploads it for each of
+    `projects` (None: whichever project the job joins) unless the server already has it there,
+    and returns its digest. Shows progress bars on a terminal."""
     with tempfile.TemporaryDirectory(prefix="mlyard-snapshot-") as scratch:
         with _progress() as progress:
             packing = progress.add_task("packing code", total=None)
@@ -108,13 +108,22 @@ def upload_code(client: Client, directory: Path, *, max_bytes: int, project: str
 
             packed = pack_directory(directory, Path(scratch) / "snapshot.tar.gz", max_bytes=max_bytes,
                                     progress=on_pack)
-            if client.snapshot_exists(packed.digest, project=project):
-                progress.update(packing, description="code already on the server")
-                return packed.digest
-            uploading = progress.add_task("uploading code", total=packed.size)
-            client.upload_snapshot(packed.path, packed.digest, project=project,
-                                   progress=lambda sent: progress.advance(uploading, sent))
+            for project in projects:
+                if client.snapshot_exists(packed.digest, project=project):
+                    progress.update(packing, description="code already on the server")
+                    continue
+                uploading = progress.add_task("uploading code" + (f" to {project}" if len(projects) > 1 else ""),
+                                              total=packed.size)
+                client.upload_snapshot(packed.path, packed.digest, project=project,
+                                       progress=lambda sent, task=uploading: progress.advance(task, sent))
         return packed.digest
+
+
+def snapshot_project(spec: JobSpec) -> str | None:
+    """The project a code upload for `spec` goes to: the one its file names keeps the code from
+    the upload on, within its storage limit; otherwise (None) the submission charges whichever
+    project the job joins."""
+    return spec.project if "project" in spec.model_fields_set else None
 
 
 def _progress() -> Progress:

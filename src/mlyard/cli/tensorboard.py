@@ -11,9 +11,8 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from mlyard.cli.jobs import JobArgument
-from mlyard.cli.output import errors
-from mlyard.cli.submission import UsageError
+from mlyard.cli.console import errors
+from mlyard.cli.options import JobArgument, UsageError
 from mlyard.client import Client
 
 INSTALL_HINT = ("TensorBoard is not installed: run `pip install tensorboard` (any Python environment will do), "

@@ -16,9 +16,9 @@ from typing import Annotated
 import typer
 from rich.live import Live
 
-from mlyard.cli.jobs import OutputOption
-from mlyard.cli.output import OutputFormat, console, print_json
-from mlyard.cli.submission import UsageError
+from mlyard.cli.console import console
+from mlyard.cli.options import OutputFormat, OutputOption, UsageError
+from mlyard.cli.output import print_json
 from mlyard.cli.top_view import TopFrame, render
 from mlyard.client import Client, ClientError
 

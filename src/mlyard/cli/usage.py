@@ -13,9 +13,9 @@ from rich.markup import escape
 from rich.table import Table
 
 from mlyard.api.usage import UsageDay, UsageReport
-from mlyard.cli.jobs import OutputOption
-from mlyard.cli.output import OutputFormat, console, print_json
-from mlyard.cli.submission import UsageError
+from mlyard.cli.console import console
+from mlyard.cli.options import OutputFormat, OutputOption, UsageError
+from mlyard.cli.output import print_json
 from mlyard.client import Client
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
