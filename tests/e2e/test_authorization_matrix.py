@@ -155,6 +155,8 @@ RULES: dict[str, Rule] = {
     "GET /api/v1/jobs": Rule(ANY_USER, _get("/jobs?all=true")),
     "POST /api/v1/jobs": Rule(PROJECT_WRITERS, lambda w, h: h.post("/jobs", json={
         "name": "matrix-submit", "project": w.project, "command": ["true"], "roles": [{"resources": {"cpu": 1}}]})),
+    "POST /api/v1/jobs:batch": Rule(PROJECT_WRITERS, lambda w, h: h.post("/jobs:batch", json={"jobs": [{"spec": {
+        "name": "matrix-batch", "project": w.project, "command": ["true"], "roles": [{"resources": {"cpu": 1}}]}}]})),
     "GET /api/v1/jobs/{job_id}": Rule(PROJECT_READERS, _get("/jobs/{job}"), hidden_from=frozenset({"outsider"})),
     "POST /api/v1/jobs/{job_id}/cancel": Rule(
         frozenset({"member", "maintainer", "admin"}), lambda w, h: h.post(f"/jobs/{w.fresh_job()}/cancel"),

@@ -39,10 +39,8 @@ def kill_server(server: RunningServer) -> None:
 
 
 def all_jobs(server: RunningServer) -> list[dict]:
-    with api(server) as client:
-        response = client.get("/jobs", params={"all": "true", "limit": 10000})
-        response.raise_for_status()
-        return response.json()
+    with server.client() as client:  # every page
+        return [job.model_dump(mode="json") for job in client.jobs(include_finished=True)]
 
 
 def test_an_idempotency_key_makes_a_retry_return_the_first_job(server: RunningServer) -> None:

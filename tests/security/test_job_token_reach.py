@@ -28,7 +28,7 @@ ALLOWED = {
     "GET /api/v1/jobs/{job_id}/tensorboard",
 }
 REFUSED = {
-    "POST /api/v1/jobs", "GET /api/v1/jobs", "POST /api/v1/jobs/{job_id}/cancel",
+    "POST /api/v1/jobs", "POST /api/v1/jobs:batch", "GET /api/v1/jobs", "POST /api/v1/jobs/{job_id}/cancel",
     "GET /api/v1/nodes", "GET /api/v1/nodes/{name}/samples", "GET /api/v1/resources/jobs",
     "GET /api/v1/queues", "GET /api/v1/queues/{name}", "PUT /api/v1/queues/{name}", "DELETE /api/v1/queues/{name}",
     "PUT /api/v1/snapshots/{digest}", "GET /api/v1/snapshots/{digest}", "GET /api/v1/usage",

@@ -11,6 +11,14 @@ from mlyard.spec import JobSpec, JobStatus
 
 NOT_CONNECTED = "replicas are not connected to rank 0: each may be training alone"
 """The start of `JobInfo.warning` (and of its job event) for a job whose replicas never met."""
+IDEMPOTENCY_KEY_PATTERN = r"^[\x21-\x7e]+$"
+"""An idempotency key (the Idempotency-Key header, or a batch item's `idempotency_key`):
+1 to 255 printable ASCII characters without spaces."""
+IDEMPOTENCY_KEY_HELP = ("makes retries safe: a repeated request with the same key (and spec) from the same caller "
+                        "returns the job the first created instead of a new one; keys are kept 24 hours")
+MAX_BATCH_JOBS = 1000
+DEFAULT_PAGE_JOBS = 50
+MAX_PAGE_JOBS = 1000
 
 
 class ReplicaInfo(BaseModel):
@@ -102,6 +110,28 @@ class JobDetail(JobInfo):
     log_tail: dict[str, list[str]] = Field(
         default_factory=dict, description="last lines of each replica's log in the latest attempt"
     )
+
+
+class JobBatchItem(BaseModel):
+    spec: JobSpec
+    idempotency_key: str | None = Field(default=None, min_length=1, max_length=255, pattern=IDEMPOTENCY_KEY_PATTERN,
+                                        description=IDEMPOTENCY_KEY_HELP)
+
+
+class JobBatch(BaseModel):
+    """Jobs submitted together: every one is checked as a single submission is, and all are
+    stored in one transaction, or none (the error names the item: `jobs.3.spec.roles`)."""
+
+    jobs: list[JobBatchItem] = Field(min_length=1, max_length=MAX_BATCH_JOBS)
+
+
+class SubmittedJob(BaseModel):
+    job: JobInfo
+    replayed: bool = Field(description="an earlier request with the item's idempotency key created the job")
+
+
+class JobBatchResult(BaseModel):
+    items: list[SubmittedJob] = Field(description="one per submitted item, in the request's order")
 
 
 class LogChunk(BaseModel):

@@ -6,30 +6,41 @@ through MLYARD_TOKEN, the one `mlyard login` stored for that server, or the admi
 
 from __future__ import annotations
 
+import ssl
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 from pydantic import TypeAdapter
 
 from mlyard.client import settings as client_settings
-from mlyard.api.accounts import IssuedToken, TokenInfo, UserInfo
 from mlyard.api.errors import ErrorBody, FieldError
-from mlyard.api.health import Health
-from mlyard.api.jobs import JobDetail, JobInfo, LogChunk, TensorBoardInfo
-from mlyard.api.resources import JobResources, NodeSamples, RunningJobUsage
-from mlyard.api.metrics import MetricsPage
-from mlyard.api.nodes import NodeInfo
-from mlyard.api.queues import QueueInfo
-from mlyard.api.snapshots import SnapshotInfo
-from mlyard.api.usage import UsageReport
-from mlyard.api.audit import AuditPage
-from mlyard.api.environments import EnvironmentInfo, EnvironmentRequest
-from mlyard.api.projects import ProjectInfo, ProjectStorage
+from mlyard.api.jobs import (
+    DEFAULT_PAGE_JOBS,
+    MAX_PAGE_JOBS,
+    JobBatchResult,
+    JobDetail,
+    JobInfo,
+    LogChunk,
+    TensorBoardInfo,
+)
 from mlyard.spec import JobSpec, JobStatus
+
+if TYPE_CHECKING:  # the models of the rarer calls are imported by the calls: every command starts sooner
+    from mlyard.api.accounts import IssuedToken, TokenInfo, UserInfo
+    from mlyard.api.health import Health
+    from mlyard.api.resources import JobResources, NodeSamples, RunningJobUsage
+    from mlyard.api.metrics import MetricsPage
+    from mlyard.api.nodes import NodeInfo
+    from mlyard.api.queues import QueueInfo
+    from mlyard.api.snapshots import SnapshotInfo
+    from mlyard.api.usage import UsageReport
+    from mlyard.api.audit import AuditPage
+    from mlyard.api.environments import EnvironmentInfo, EnvironmentRequest
+    from mlyard.api.projects import ProjectInfo, ProjectStorage
 
 UPLOAD_CHUNK = 256 * 1024
 RETRY_SECONDS = 60.0
@@ -57,7 +68,10 @@ class Client:
         self._reached = False
         self.token = token if token is not None else client_settings.api_token()
         headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
-        self._http = httpx.Client(base_url=f"{self.url}/api/v1", headers=headers, timeout=timeout)
+        # Certificates are loaded for an https server only: reading them costs every command tens
+        # of milliseconds. The bare context of a plain-http one has none, so it would refuse any TLS.
+        verify = True if self.url.startswith("https://") else ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        self._http = httpx.Client(base_url=f"{self.url}/api/v1", headers=headers, timeout=timeout, verify=verify)
 
     def close(self) -> None:
         self._http.close()
@@ -101,6 +115,7 @@ class Client:
                               status=response.status_code) from None
 
     def health(self) -> Health:
+        from mlyard.api.health import Health
         return Health.model_validate(self._request("GET", "/health").json())
 
     def submit(self, spec: JobSpec | dict[str, Any], *, idempotency_key: str | None = None) -> JobInfo:
@@ -111,13 +126,50 @@ class Client:
         return JobInfo.model_validate(
             self._request("POST", "/jobs", json=payload, headers=headers, retry=True).json())
 
-    def jobs(self, *, statuses: Sequence[JobStatus] = (), include_finished: bool = False, queue: str | None = None,
-             owner: str | None = None, search: str | None = None) -> list[JobInfo]:
-        params: list[tuple[str, str]] = [("status", status.value) for status in statuses]
+    def submit_batch(self, items: Sequence[tuple[JobSpec | dict[str, Any], str | None]]) -> list[tuple[JobInfo, bool]]:
+        """Submits up to 1,000 jobs in one request, all stored or none: each item is a spec and
+        its idempotency key (a new one where None). Retried on connection errors like `submit`:
+        an answer lost to a server crash never leads to second jobs. Returns each job, in order,
+        and whether an earlier request with its key had created it."""
+        body = {"jobs": [
+            {"spec": spec.model_dump(mode="json", exclude_defaults=True) if isinstance(spec, JobSpec) else spec,
+             "idempotency_key": key or str(uuid.uuid4())}
+            for spec, key in items
+        ]}
+        result = JobBatchResult.model_validate(self._request("POST", "/jobs:batch", json=body, retry=True).json())
+        return [(item.job, item.replayed) for item in result.items]
+
+    def jobs_page(self, *, statuses: Sequence[JobStatus] = (), include_finished: bool = False,
+                  queue: str | None = None, owner: str | None = None, search: str | None = None,
+                  project: str | None = None, after: int | None = None,
+                  limit: int = DEFAULT_PAGE_JOBS) -> tuple[list[JobInfo], int, int | None]:
+        """One page of jobs, newest first: those with an id below `after` (None: the newest).
+        Returns the jobs, how many match the filters in all, and the `after` of the next page
+        (None when this one is the last)."""
+        params: list[tuple[str, str | int]] = [("status", status.value) for status in statuses]
         if include_finished:
             params.append(("all", "true"))
-        params += [(name, value) for name, value in (("queue", queue), ("owner", owner), ("search", search)) if value]
-        return TypeAdapter(list[JobInfo]).validate_python(self._request("GET", "/jobs", params=params).json())
+        params += [(name, value) for name, value in (("queue", queue), ("owner", owner), ("search", search),
+                                                     ("project", project)) if value]
+        params.append(("limit", limit))
+        if after is not None:
+            params.append(("after", after))
+        response = self._request("GET", "/jobs", params=params)
+        following = response.headers.get("X-Next-After")
+        return (TypeAdapter(list[JobInfo]).validate_python(response.json()),
+                int(response.headers.get("X-Total-Count", "0")), int(following) if following else None)
+
+    def jobs(self, *, statuses: Sequence[JobStatus] = (), include_finished: bool = False, queue: str | None = None,
+             owner: str | None = None, search: str | None = None) -> list[JobInfo]:
+        """Every job that matches, newest first, read page by page (`jobs_page`)."""
+        found: list[JobInfo] = []
+        after: int | None = None
+        while True:
+            page, _total, after = self.jobs_page(statuses=statuses, include_finished=include_finished, queue=queue,
+                                                 owner=owner, search=search, after=after, limit=MAX_PAGE_JOBS)
+            found += page
+            if after is None:
+                return found
 
     def job(self, job_id: int) -> JobDetail:
         return JobDetail.model_validate(self._request("GET", f"/jobs/{job_id}").json())
@@ -154,6 +206,7 @@ class Client:
         return self._request("POST", f"/jobs/{job_id}/metrics", json=body).json()["stored"]
 
     def metrics(self, job_id: int, *, names: Sequence[str] = (), after: int = 0) -> MetricsPage:
+        from mlyard.api.metrics import MetricsPage
         params: list[tuple[str, str | int]] = [("name", name) for name in names]
         params.append(("after", after))
         return MetricsPage.model_validate(self._request("GET", f"/jobs/{job_id}/metrics", params=params).json())
@@ -162,6 +215,7 @@ class Client:
         return TensorBoardInfo.model_validate(self._request("GET", f"/jobs/{job_id}/tensorboard").json())
 
     def usage(self, *, since: float | None = None, until: float | None = None, by: str = "user") -> UsageReport:
+        from mlyard.api.usage import UsageReport
         params: dict[str, Any] = {"by": by}
         if since is not None:
             params["since"] = since
@@ -172,35 +226,43 @@ class Client:
     def audit(self, *, since: float | None = None, until: float | None = None, actor: str | None = None,
               route: str | None = None, limit: int = 100, before_id: int | None = None) -> AuditPage:
         """Requests that changed something, newest first (administrators only)."""
+        from mlyard.api.audit import AuditPage
         params = {name: value for name, value in (("since", since), ("until", until), ("actor", actor),
                                                   ("route", route), ("limit", limit), ("before_id", before_id))
                   if value is not None}
         return AuditPage.model_validate(self._request("GET", "/audit", params=params).json())
 
     def nodes(self) -> list[NodeInfo]:
+        from mlyard.api.nodes import NodeInfo
         return TypeAdapter(list[NodeInfo]).validate_python(self._request("GET", "/nodes").json())
 
     def node_samples(self, name: str, *, since: float | None = None, resolution: str = "raw") -> NodeSamples:
+        from mlyard.api.resources import NodeSamples
         params: dict[str, Any] = {"resolution": resolution, **({"since": since} if since is not None else {})}
         return NodeSamples.model_validate(self._request("GET", f"/nodes/{name}/samples", params=params).json())
 
     def job_resources(self, job_id: int, *, since: float | None = None, resolution: str = "raw") -> JobResources:
         """CPU, memory and GPU memory of the job's processes over time, and of each replica now."""
+        from mlyard.api.resources import JobResources
         params: dict[str, Any] = {"resolution": resolution, **({"since": since} if since is not None else {})}
         return JobResources.model_validate(self._request("GET", f"/jobs/{job_id}/resources", params=params).json())
 
     def running_jobs(self) -> list[RunningJobUsage]:
         """Every job holding resources with its replicas' latest figures added up, in one request."""
+        from mlyard.api.resources import RunningJobUsage
         return TypeAdapter(list[RunningJobUsage]).validate_python(self._request("GET", "/resources/jobs").json())
 
     def queues(self) -> list[QueueInfo]:
+        from mlyard.api.queues import QueueInfo
         return TypeAdapter(list[QueueInfo]).validate_python(self._request("GET", "/queues").json())
 
     def queue(self, name: str) -> QueueInfo:
+        from mlyard.api.queues import QueueInfo
         return QueueInfo.model_validate(self._request("GET", f"/queues/{name}").json())
 
     def set_queue(self, name: str, settings: dict[str, Any]) -> QueueInfo:
         """Creates or updates a queue; `settings` holds only the fields to change (see `QueueSettings`)."""
+        from mlyard.api.queues import QueueInfo
         return QueueInfo.model_validate(self._request("PUT", f"/queues/{name}", json=settings, retry=True).json())
 
     def delete_queue(self, name: str) -> None:
@@ -209,77 +271,96 @@ class Client:
     def login(self, user: str, password: str, *, expires_in: float | None = None,
               token_name: str = "mlyard login") -> IssuedToken:
         """A new token for a user name and password; this client needs no token for it."""
+        from mlyard.api.accounts import IssuedToken
         body: dict[str, Any] = {"user": user, "password": password, "token_name": token_name}
         if expires_in is not None:
             body["expires_in"] = expires_in
         return IssuedToken.model_validate(self._request("POST", "/login", json=body).json())
 
     def whoami(self) -> UserInfo:
+        from mlyard.api.accounts import UserInfo
         return UserInfo.model_validate(self._request("GET", "/whoami").json())
 
     def users(self) -> list[UserInfo]:
+        from mlyard.api.accounts import UserInfo
         return TypeAdapter(list[UserInfo]).validate_python(self._request("GET", "/users").json())
 
     def create_user(self, name: str, *, password: str | None = None, admin: bool = False) -> UserInfo:
+        from mlyard.api.accounts import UserInfo
         body = {"name": name, "password": password, "admin": admin}
         return UserInfo.model_validate(self._request("POST", "/users", json=body).json())
 
     def set_password(self, name: str, password: str, *, current_password: str | None = None) -> UserInfo:
+        from mlyard.api.accounts import UserInfo
         body = {"password": password, "current_password": current_password}
         return UserInfo.model_validate(self._request("PUT", f"/users/{name}/password", json=body).json())
 
     def tokens(self, *, every_user: bool = False) -> list[TokenInfo]:
+        from mlyard.api.accounts import TokenInfo
         params = {"all": "true"} if every_user else {}
         return TypeAdapter(list[TokenInfo]).validate_python(self._request("GET", "/tokens", params=params).json())
 
     def create_token(self, name: str, *, expires_in: float | None = None) -> IssuedToken:
+        from mlyard.api.accounts import IssuedToken
         body = {"name": name, "expires_in": expires_in}
         return IssuedToken.model_validate(self._request("POST", "/tokens", json=body).json())
 
     def revoke_token(self, token_id: int) -> TokenInfo:
+        from mlyard.api.accounts import TokenInfo
         return TokenInfo.model_validate(self._request("DELETE", f"/tokens/{token_id}").json())
 
     def projects(self) -> list[ProjectInfo]:
+        from mlyard.api.projects import ProjectInfo
         return TypeAdapter(list[ProjectInfo]).validate_python(self._request("GET", "/projects").json())
 
     def project(self, name: str) -> ProjectInfo:
+        from mlyard.api.projects import ProjectInfo
         return ProjectInfo.model_validate(self._request("GET", f"/projects/{name}").json())
 
     def create_project(self, name: str, *, description: str | None = None,
                        limits: dict[str, Any] | None = None) -> ProjectInfo:
+        from mlyard.api.projects import ProjectInfo
         body = {"name": name, "description": description, "limits": limits or {}}
         return ProjectInfo.model_validate(self._request("POST", "/projects", json=body).json())
 
     def change_project(self, name: str, change: dict[str, Any]) -> ProjectInfo:
         """`change` holds only what changes: description, limits (see `ProjectChange`)."""
+        from mlyard.api.projects import ProjectInfo
         return ProjectInfo.model_validate(self._request("PATCH", f"/projects/{name}", json=change).json())
 
     def set_member(self, project: str, user: str, role: str) -> ProjectInfo:
+        from mlyard.api.projects import ProjectInfo
         response = self._request("PUT", f"/projects/{project}/members/{user}", json={"role": role}, retry=True)
         return ProjectInfo.model_validate(response.json())
 
     def build_environment(self, request: EnvironmentRequest) -> EnvironmentInfo:
+        from mlyard.api.environments import EnvironmentInfo
         response = self._request("POST", "/environments", json=request.model_dump(mode="json"))
         return EnvironmentInfo.model_validate(response.json())
 
     def environments(self, project: str | None = None) -> list[EnvironmentInfo]:
+        from mlyard.api.environments import EnvironmentInfo
         params = {"project": project} if project else None
         return TypeAdapter(list[EnvironmentInfo]).validate_python(
             self._request("GET", "/environments", params=params).json())
 
     def environment(self, name: str) -> EnvironmentInfo:
+        from mlyard.api.environments import EnvironmentInfo
         return EnvironmentInfo.model_validate(self._request("GET", f"/environments/{name}").json())
 
     def remove_environment(self, name: str) -> None:
         self._request("DELETE", f"/environments/{name}")
 
     def project_storage(self, project: str) -> ProjectStorage:
+        from mlyard.api.projects import ProjectStorage
         return ProjectStorage.model_validate(self._request("GET", f"/projects/{project}/snapshots").json())
 
     def release_snapshot(self, project: str, digest: str) -> ProjectStorage:
+        from mlyard.api.projects import ProjectStorage
         return ProjectStorage.model_validate(self._request("DELETE", f"/projects/{project}/snapshots/{digest}").json())
 
     def remove_member(self, project: str, user: str) -> ProjectInfo:
+        from mlyard.api.projects import ProjectInfo
         return ProjectInfo.model_validate(self._request("DELETE", f"/projects/{project}/members/{user}").json())
 
     def snapshot_exists(self, digest: str, *, project: str | None = None) -> bool:
@@ -294,6 +375,7 @@ class Client:
 
     def upload_snapshot(self, path: Path, digest: str, *, progress: Callable[[int], None] | None = None,
                         project: str | None = None) -> SnapshotInfo:
+        from mlyard.api.snapshots import SnapshotInfo
         def chunks() -> Iterator[bytes]:
             with open(path, "rb") as handle:
                 while data := handle.read(UPLOAD_CHUNK):

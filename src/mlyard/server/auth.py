@@ -175,7 +175,7 @@ def authenticate(database: Database, authorization: str | None, *, web_session: 
     if scheme.lower() != "bearer" or not token.strip():
         raise Unauthorized("malformed Authorization header: expected 'Bearer <token>'")
     now = time.time()
-    with database.transaction() as session:
+    with database.reading() as session:  # every request comes here: it must not wait for a writer
         row = session.scalar(select(ApiTokenRow).where(ApiTokenRow.token_hash == hash_token(token.strip())))
         if row is None or row.revoked_at is not None:
             raise Unauthorized("invalid or revoked token")

@@ -73,13 +73,13 @@ def _a_person(principal: auth.Principal) -> None:
 
 def list_users(database: Database, principal: auth.Principal) -> list[UserInfo]:
     auth.authorize(principal, auth.Action.ADMIN)
-    with database.transaction() as session:
+    with database.reading() as session:
         return [_user_info(row) for row in session.scalars(select(UserRow).order_by(UserRow.name))]
 
 
 def whoami(database: Database, principal: auth.Principal) -> UserInfo:
     _a_person(principal)
-    with database.transaction() as session:
+    with database.reading() as session:
         row = session.get(UserRow, principal.user_id)
         if row is None:
             raise Unauthorized("the token's user no longer exists")
@@ -178,7 +178,7 @@ def list_tokens(database: Database, principal: auth.Principal, *, every_user: bo
              .order_by(ApiTokenRow.id))
     if not every_user:
         query = query.where(ApiTokenRow.user_id == principal.user_id)
-    with database.transaction() as session:
+    with database.reading() as session:
         return [_token_info(row, name) for row, name in session.execute(query)]
 
 

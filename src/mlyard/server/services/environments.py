@@ -116,13 +116,13 @@ def list_environments(database: Database, principal: auth.Principal,
         return []
     if (visible := principal.visible_projects()) is not None:
         query = query.where(EnvironmentRow.project.in_(sorted(visible)))
-    with database.transaction() as session:
+    with database.reading() as session:
         return [info(row) for row in session.scalars(query)]
 
 
 def get_environment(database: Database, principal: auth.Principal, name: str, log: Path) -> EnvironmentInfo:
     auth.authorize(principal, auth.Action.READ)
-    with database.transaction() as session:
+    with database.reading() as session:
         return info(_visible(principal, session.get(EnvironmentRow, name), name), log)
 
 

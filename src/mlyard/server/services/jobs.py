@@ -1,240 +1,167 @@
-"""Jobs: submission, queries and cancellation (statuses change through `lifecycle.switch_status`).
+"""Jobs: queries and cancellation (statuses change through `lifecycle.switch_status`);
+submission lives in `job_submission`, the API's view of a job in `job_views` (both named here
+too, for callers that know jobs by this module).
 
 Everything here only reads and writes rows; starting and stopping processes is the
-controller's work, which `submit` and `cancel` wake through the `wake` callback.
+controller's work, which `submit` and `cancel` wake through the `wake` callback. Queries read
+in `Database.reading` transactions, so they never wait for a writer.
 """
 
 from __future__ import annotations
 
-import hashlib
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from sqlalchemy import delete, func, or_, select
-from sqlalchemy.exc import IntegrityError
-from sqlalchemy.orm import Session, selectinload
+from sqlalchemy import ColumnElement, func, select
+from sqlalchemy.orm import Session, defer, selectinload
 
-from mlyard.api.jobs import NOT_CONNECTED, AttemptInfo, EventInfo, JobDetail, JobInfo, ReplicaInfo
-from mlyard.errors import (
-    Conflict,
-    InvalidRequest,
-    Unschedulable,
-)
-from mlyard.scheduler import unschedulable_reason
+from mlyard.api.jobs import DEFAULT_PAGE_JOBS, EventInfo, JobDetail, JobInfo
+from mlyard.errors import Conflict
 from mlyard.server import auth
-from mlyard.server.store import logfiles
-from mlyard.server.lifecycle import attempt_run_time, service_rate, switch_status
-from mlyard.server.scheduler_terms import DEFAULT_QUEUE, scheduler_node, smallest_gang
-from mlyard.server.store.db import Database
-from mlyard.server.store.rows import (
-    AttemptRow,
-    IdempotencyKeyRow,
-    JobEventRow,
-    JobRow,
-    NodeRow,
-    QueueRow,
-    UserRow,
+from mlyard.server.lifecycle import switch_status
+from mlyard.server.services.job_submission import (
+    IDEMPOTENCY_KEY_LIFETIME,
+    Submission,
+    resubmit,
+    submit,
+    submit_batch,
+    submit_with_key,
 )
-from mlyard.server.job_secrets import SecretBox
-from mlyard.server.services import environments, job_specs, project_storage, projects, snapshots
-from mlyard.spec import JobSpec, JobStatus
+from mlyard.server.services.job_views import (
+    CONNECTED,
+    CONNECTION_CHECKS_OFF,
+    attempt_info,
+    connection_warnings,
+    job_info,
+)
+from mlyard.server.store import logfiles
+from mlyard.server.store.db import Database
+from mlyard.server.store.rows import AttemptRow, JobRow, UserRow
+from mlyard.spec import JobStatus
+
+__all__ = [
+    "CONNECTED", "CONNECTION_CHECKS_OFF", "IDEMPOTENCY_KEY_LIFETIME", "JobPage", "Submission", "attempt_info",
+    "cancel", "connection_warnings", "get_job", "job_info", "list_jobs", "page_jobs", "resubmit", "submit",
+    "submit_batch", "submit_with_key",
+]
 
 LOG_TAIL_LINES = 20
-IDEMPOTENCY_KEY_LIFETIME = 24 * 3600.0
-"""A retry later than this with the same key creates a new job."""
-CONNECTED = "replicas are connected to rank 0"
-"""The start of the event that clears a `NOT_CONNECTED` warning (`workers/connections.py`)."""
-CONNECTION_CHECKS_OFF = "connection warnings are switched off"
-"""The event that clears a `NOT_CONNECTED` warning once the server no longer gives them."""
+_STATUSES = [status.value for status in JobStatus]
+_UNFINISHED = [status.value for status in JobStatus if not status.is_terminal]
+_WALK_BUDGET = 20_000
+"""Rows a listing may expect to walk to fill its page before it asks the status index instead."""
 
 
 @dataclass(frozen=True)
-class Submission:
-    job: JobInfo
-    replayed: bool
-    """True when an earlier request with the same Idempotency-Key created the job."""
-
-
-def _caller(principal: auth.Principal) -> str:
-    if principal.job_id is not None:
-        return f"job:{principal.job_id}"
-    return f"user:{principal.user_id}" if principal.user_id is not None else f"principal:{principal.name}"
-
-
-def _replay(session: Session, principal: auth.Principal, caller: str, key: str, digest: str) -> JobInfo | None:
-    """The job an earlier request with this key created, if any."""
-    earlier = session.scalar(select(IdempotencyKeyRow).where(
-        IdempotencyKeyRow.caller == caller, IdempotencyKeyRow.key == key,
-        IdempotencyKeyRow.created_at >= time.time() - IDEMPOTENCY_KEY_LIFETIME))
-    if earlier is None:
-        return None
-    if earlier.request_sha256 != digest:
-        raise Conflict(f"Idempotency-Key {key!r} was used for a different job (job {earlier.job_id}); "
-                       "use a new key for a new submission", field="headers.Idempotency-Key")
-    return job_info(session.get(JobRow, earlier.job_id), principal)
-
-
-def submit(database: Database, principal: auth.Principal, spec: JobSpec, *, wake: Callable[[], None],
-           check_image: Callable[[str], str | None] | None = None, secrets: SecretBox | None = None) -> JobInfo:
-    """Stores the job QUEUED; it is durable once this returns. `secrets` seals its `env_secrets`."""
-    auth.authorize(principal, auth.Action.WRITE)
-    job_specs.refuse_shown_values(spec)
-    _check_image(spec, check_image)
-    info = _insert(database, principal, job_specs.sealed_spec(spec, secrets), None)
-    wake()
-    return info
-
-
-def submit_with_key(
-    database: Database, principal: auth.Principal, spec: JobSpec, idempotency_key: str, *, wake: Callable[[], None],
-    check_image: Callable[[str], str | None] | None = None, secrets: SecretBox | None = None, sealed: bool = False,
-) -> Submission:
-    """`submit`, except that a retry of the same request (same caller, key and spec) returns
-    the job the first one created instead of creating another. `sealed`: the spec's secrets are
-    already encrypted (a stored spec submitted again)."""
-    auth.authorize(principal, auth.Action.WRITE)
-    if not sealed:
-        job_specs.refuse_shown_values(spec)
-    caller = _caller(principal)
-    digest = hashlib.sha256(job_specs.request_text(spec, None if sealed else secrets).encode()).hexdigest()
-    with database.transaction() as session:
-        replayed = _replay(session, principal, caller, idempotency_key, digest)
-    if replayed is not None:  # a retry gets the first answer, whatever the engine holds now
-        return Submission(job=replayed, replayed=True)
-    _check_image(spec, check_image)
-    stored = spec if sealed else job_specs.sealed_spec(spec, secrets)
-    try:
-        info = _insert(database, principal, stored, (caller, idempotency_key, digest))
-    except IntegrityError:
-        # A concurrent request with the same key committed first (PostgreSQL lets both get this far).
-        with database.transaction() as session:
-            replayed = _replay(session, principal, caller, idempotency_key, digest)
-        if replayed is None:
-            raise
-        return Submission(job=replayed, replayed=True)
-    wake()
-    return Submission(job=info, replayed=False)
-
-
-def _check_image(spec: JobSpec, check_image: Callable[[str], str | None] | None) -> None:
-    """A job whose image the backend cannot run (no engine, an image it lacks) is refused now,
-    not found failing later; asked outside any transaction, since it may ask the engine."""
-    if spec.image is None or check_image is None:
-        return
-    problem = check_image(spec.image)
-    if problem is not None:
-        raise InvalidRequest(problem, field="image")
-
-
-def _insert(database: Database, principal: auth.Principal, spec: JobSpec,
-            key: tuple[str, str, str] | None) -> JobInfo:
-    with database.transaction() as session:
-        # A shared lock: a queue deleted meanwhile (which locks the row) cannot end up holding this job.
-        queue = session.scalar(select(QueueRow).where(QueueRow.name == spec.queue).with_for_update(read=True))
-        if spec.queue != DEFAULT_QUEUE and queue is None:
-            names = sorted({DEFAULT_QUEUE, *session.scalars(select(QueueRow.name))})
-            raise InvalidRequest(f"queue {spec.queue!r} does not exist; the queues are: {', '.join(names)}",
-                                 field="queue")
-        if queue is not None and "project" not in spec.model_fields_set:
-            # A job that names a queue but no project belongs to the queue's project.
-            spec = spec.model_copy(update={"project": queue.project})
-        projects.ensure_project(session, principal, spec.project)
-        auth.require_role(principal, spec.project, auth.Role.MEMBER, f"submit jobs to project {spec.project!r}")
-        if spec.snapshot is not None:
-            snapshot = snapshots.require_usable(session, principal, spec.snapshot, spec.project)
-            project_storage.charge(session, spec.project, spec.snapshot, snapshot.size)
-        if spec.environment is not None:
-            environments.check_for_job(session, spec.environment, spec.project)
-        # The default project's queues are shared; any other queue takes its own project's jobs.
-        if queue is not None and queue.project not in (projects.DEFAULT_PROJECT, spec.project):
-            raise InvalidRequest(f"queue {spec.queue!r} belongs to project {queue.project!r}; a job of project "
-                                 f"{spec.project!r} cannot use it", field="queue")
-        nodes = [scheduler_node(row) for row in session.scalars(select(NodeRow))]
-        reason = unschedulable_reason(tuple(nodes), smallest_gang(spec), same_node=spec.placement.same_node,
-                                      same_topology=spec.placement.same_topology)
-        if reason is not None:
-            raise Unschedulable(f"job {spec.name!r} can never run here: {reason}", field="roles")
-        now = time.time()
-        job = JobRow(
-            name=spec.name,
-            project=spec.project,
-            queue=spec.queue,
-            priority=spec.priority,
-            owner_id=principal.user_id,
-            spec=spec.model_dump(mode="json"),
-            snapshot=spec.snapshot,
-            status=JobStatus.QUEUED.value,
-            attempt_count=0,
-            submitted_at=now,
-            updated_at=now,
-        )
-        session.add(job)
-        session.flush()
-        session.add(JobEventRow(job_id=job.id, at=now, from_status=None, to_status=JobStatus.QUEUED.value,
-                                message=f"submitted by {principal.name}"))
-        if key is not None:
-            caller, value, digest = key
-            # An expired row would make the unique (caller, key) pair refuse a legitimate reuse.
-            session.execute(delete(IdempotencyKeyRow).where(
-                IdempotencyKeyRow.created_at < now - IDEMPOTENCY_KEY_LIFETIME))
-            session.add(IdempotencyKeyRow(caller=caller, key=value, request_sha256=digest, job_id=job.id,
-                                          created_at=now))
-        info = job_info(job, principal)
-    return info
-
-
-def resubmit(database: Database, principal: auth.Principal, job_id: int, idempotency_key: str, *,
-             wake: Callable[[], None], check_image: Callable[[str], str | None] | None = None) -> Submission:
-    """The job's spec as stored (its env values and sealed secrets kept) as a new job, for a
-    caller who may see those values (`job_specs.check_resubmission`)."""
-    auth.authorize(principal, auth.Action.READ, job_id=job_id)
-    with database.transaction() as session:
-        job = auth.visible_job(principal, session.get(JobRow, job_id), job_id)
-        spec = JobSpec.model_validate(job.spec)
-        job_specs.check_resubmission(principal, job, spec)
-    return submit_with_key(database, principal, spec, idempotency_key, wake=wake, check_image=check_image,
-                           sealed=True)
+class JobPage:
+    jobs: list[JobInfo]
+    total: int
+    """How many jobs match the filters, whatever the page."""
+    next_after: int | None
+    """The `after` of the next page (the last job's id); None when no job is left after this page."""
 
 
 def list_jobs(
     database: Database, principal: auth.Principal, *, statuses: Sequence[JobStatus] = (), include_finished: bool = False,
-    limit: int = 200, offset: int = 0, queue: str | None = None, project: str | None = None, owner: str | None = None,
-    search: str | None = None,
+    limit: int = DEFAULT_PAGE_JOBS, offset: int = 0, queue: str | None = None, project: str | None = None,
+    owner: str | None = None, search: str | None = None, after: int | None = None,
 ) -> list[JobInfo]:
-    """Newest first. `search` matches part of the name, ignoring case; the other filters match exactly."""
+    """The jobs of one page of `page_jobs`."""
+    return page_jobs(database, principal, statuses=statuses, include_finished=include_finished, limit=limit,
+                     offset=offset, queue=queue, project=project, owner=owner, search=search, after=after).jobs
+
+
+def page_jobs(
+    database: Database, principal: auth.Principal, *, statuses: Sequence[JobStatus] = (), include_finished: bool = False,
+    limit: int = DEFAULT_PAGE_JOBS, offset: int = 0, queue: str | None = None, project: str | None = None,
+    owner: str | None = None, search: str | None = None, after: int | None = None,
+) -> JobPage:
+    """Newest first (by id): up to `limit` jobs with an id below `after` (when given), past the
+    first `offset` of them. Unfinished jobs only, unless `include_finished` or `statuses`.
+    `search` matches part of the name, ignoring case; the other filters match exactly. Paging
+    by `after` (the previous page's `next_after`) shows every job once even while jobs are
+    submitted meanwhile (they come before the first page); `offset` may repeat or skip some."""
     auth.authorize(principal, auth.Action.READ)
-    query = (select(JobRow).order_by(JobRow.id.desc()).limit(limit).offset(offset)
-             .options(selectinload(JobRow.attempts).selectinload(AttemptRow.replicas), selectinload(JobRow.owner)))
+    with database.reading() as session:
+        owner_id = None
+        if owner:
+            owner_id = session.scalar(select(UserRow.id).where(UserRow.name == owner))
+            if owner_id is None:
+                return JobPage(jobs=[], total=0, next_after=None)
+        wanted = _wanted_statuses(statuses, include_finished)
+        others = _filters(principal, queue=queue, project=project, owner_id=owner_id, search=search)
+        # Counted through ix_jobs_status_submitted (status first) where only statuses filter: no row is loaded.
+        status_filter = [] if wanted is None else [JobRow.status.in_(sorted(wanted))]
+        total = session.scalar(select(func.count()).select_from(JobRow).where(*status_filter, *others)) or 0
+        rows = _page_rows(session, wanted=wanted, others=others, total=total, limit=limit, offset=offset,
+                          after=after) if total else []
+        more, rows = len(rows) > limit, rows[:limit]
+        warnings = connection_warnings(session, rows)
+        specs = database.specs.load(session, rows)
+        jobs = [job_info(row, principal, warning=warnings.get(row.id), spec=specs[row.id]) for row in rows]
+    return JobPage(jobs=jobs, total=total, next_after=rows[-1].id if more and rows else None)
+
+
+def _wanted_statuses(statuses: Sequence[JobStatus], include_finished: bool) -> frozenset[str] | None:
+    """The statuses listed; None for all of them."""
     if statuses:
-        query = query.where(JobRow.status.in_([status.value for status in statuses]))
-    elif not include_finished:
-        terminal = [status.value for status in JobStatus if status.is_terminal]
-        query = query.where(JobRow.status.not_in(terminal))
+        wanted = frozenset(status.value for status in statuses)
+    else:
+        wanted = frozenset(_STATUSES) if include_finished else frozenset(_UNFINISHED)
+    return None if wanted == frozenset(_STATUSES) else wanted
+
+
+def _page_rows(session: Session, *, wanted: frozenset[str] | None, others: list[ColumnElement[bool]], total: int,
+               limit: int, offset: int, after: int | None) -> list[JobRow]:
+    """Up to `limit + 1` rows of the page, newest first, read one of two ways. SQLite answers
+    `status IN (…)` through the status index and then sorts every match, and `status NOT IN (…)`
+    by walking the table newest first until the page is full. The walk wins while matches are
+    dense (the default listing with many queued jobs), the index while they are rare (a status
+    few jobs have). The walk reads about (offset + limit) × newest id / total rows; the index
+    route sorts about `total` ids: the walk is taken unless it reads more than both that and
+    `_WALK_BUDGET`."""
+    below = [] if after is None else [JobRow.id < after]
+    # Specs come from `Database.specs`, parsed once per job, not decoded again for every listing.
+    options = (defer(JobRow.spec), selectinload(JobRow.attempts).selectinload(AttemptRow.replicas),
+               selectinload(JobRow.owner))
+    newest = after if after is not None else (session.scalar(select(func.max(JobRow.id))) or 0) + 1
+    if wanted is None or (offset + limit + 1) * newest <= max(_WALK_BUDGET, total) * total:
+        status = [] if wanted is None else [JobRow.status.not_in(sorted(set(_STATUSES) - wanted))]
+        return list(session.scalars(select(JobRow).where(*status, *others, *below).order_by(JobRow.id.desc())
+                                    .limit(limit + 1).offset(offset).options(*options)))
+    # Ids first: with no other filter the index alone answers, and the sort holds numbers, not rows.
+    ids = list(session.scalars(select(JobRow.id).where(JobRow.status.in_(sorted(wanted)), *others, *below)
+                               .order_by(JobRow.id.desc()).limit(limit + 1).offset(offset)))
+    rows = {row.id: row for row in session.scalars(select(JobRow).where(JobRow.id.in_(ids)).options(*options))}
+    return [rows[job_id] for job_id in ids if job_id in rows]
+
+
+def _filters(principal: auth.Principal, *, queue: str | None, project: str | None, owner_id: int | None,
+             search: str | None) -> list[ColumnElement[bool]]:
+    """The filters other than the status."""
+    filters: list[ColumnElement[bool]] = []
     if queue:
-        query = query.where(JobRow.queue == queue)
+        filters.append(JobRow.queue == queue)
     if project:
-        query = query.where(JobRow.project == project)
-    if owner:
-        query = query.where(JobRow.owner.has(UserRow.name == owner))
+        filters.append(JobRow.project == project)
+    if owner_id is not None:
+        filters.append(JobRow.owner_id == owner_id)
     if search:
         # Names are lowercase letters, digits and dashes, so lowering the pattern is enough; the
         # wildcards of LIKE are escaped so that they match themselves.
         escaped = search.lower().replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-        query = query.where(JobRow.name.like(f"%{escaped}%", escape="\\"))
+        filters.append(JobRow.name.like(f"%{escaped}%", escape="\\"))
     if principal.job_id is not None:
-        query = query.where(JobRow.id == principal.job_id)
+        filters.append(JobRow.id == principal.job_id)
     if (visible := principal.visible_projects()) is not None:
-        query = query.where(JobRow.project.in_(sorted(visible)))
-    with database.transaction() as session:
-        rows = list(session.scalars(query))
-        warnings = connection_warnings(session, rows)
-        return [job_info(row, principal, warning=warnings.get(row.id)) for row in rows]
+        filters.append(JobRow.project.in_(sorted(visible)))
+    return filters
 
 
 def get_job(database: Database, principal: auth.Principal, job_id: int) -> JobDetail:
     auth.authorize(principal, auth.Action.READ, job_id=job_id)
-    with database.transaction() as session:
+    with database.reading() as session:
         job = session.scalar(
             select(JobRow)
             .where(JobRow.id == job_id)
@@ -242,7 +169,8 @@ def get_job(database: Database, principal: auth.Principal, job_id: int) -> JobDe
         )
         job = auth.visible_job(principal, job, job_id)
         detail = JobDetail(
-            **job_info(job, principal, warning=connection_warnings(session, [job]).get(job.id)).model_dump(),
+            **dict(job_info(job, principal, warning=connection_warnings(session, [job]).get(job.id),
+                            spec=database.specs.of(job))),
             attempts=[attempt_info(attempt) for attempt in job.attempts],
             events=[
                 EventInfo(at=event.at, from_status=event.from_status, to_status=event.to_status, message=event.message)
@@ -275,118 +203,7 @@ def cancel(database: Database, principal: auth.Principal, job_id: int, *, wake: 
         elif job.cancel_requested_at is None:
             job.cancel_requested_at = time.time()
             job.updated_at = job.cancel_requested_at
-        info = job_info(job, principal, warning=connection_warnings(session, [job]).get(job.id))
+        info = job_info(job, principal, warning=connection_warnings(session, [job]).get(job.id),
+                        spec=database.specs.of(job))
     wake()
     return info
-
-
-def job_info(job: JobRow, viewer: auth.Principal, *, now: float | None = None, warning: str | None = None) -> JobInfo:
-    """The job as the API shows it to `viewer` (`job_specs.shown_spec`); attained service and
-    time include the attempt running now. `warning`: its standing warning (`connection_warnings`)."""
-    spec = JobSpec.model_validate(job.spec)
-    now = time.time() if now is None else now
-    service, run_time = job.attained_service or 0.0, job.attained_time or 0.0
-    for attempt in job.attempts:
-        if attempt.finished_at is None:
-            service += service_rate(attempt.replicas) * attempt_run_time(attempt, now)
-            run_time += attempt_run_time(attempt, now)
-    return JobInfo(
-        id=job.id,
-        name=job.name,
-        project=job.project,
-        queue=job.queue,
-        priority=job.priority,
-        owner=job.owner.name if job.owner is not None else None,
-        status=JobStatus(job.status),
-        message=job.message,
-        exit_code=job.exit_code,
-        replica_count=spec.replica_count,
-        attempt_count=job.attempt_count,
-        snapshot=job.snapshot,
-        submitted_at=job.submitted_at,
-        started_at=job.started_at,
-        finished_at=job.finished_at,
-        wait_reason=job.wait_reason if job.status in (JobStatus.QUEUED.value, JobStatus.RESTARTING.value) else None,
-        attained_service=service,
-        attained_time=run_time,
-        preemption_count=job.preemption_count or 0,
-        restart_count=job.restart_count or 0,
-        restart_at=job.restart_at if job.status == JobStatus.RESTARTING.value else None,
-        idle_since=job.idle_since if job.status == JobStatus.RUNNING.value else None,
-        idle_reason=job.idle_reason if job.status == JobStatus.RUNNING.value else None,
-        warning=warning if job.status == JobStatus.RUNNING.value else None,
-        spec=job_specs.shown_spec(spec, env_visible=job_specs.may_read_env(viewer, job)),
-    )
-
-
-def _settles_connection_warning():
-    """Events after which a job's connection warning stands or not: changes of status (a job
-    leaving RUNNING, or running a new attempt, leaves the warning behind), the warning, and what
-    clears it."""
-    same_status = JobEventRow.from_status == JobEventRow.to_status
-    return or_(JobEventRow.from_status.is_(None), JobEventRow.from_status != JobEventRow.to_status,
-               same_status & JobEventRow.message.startswith(NOT_CONNECTED, autoescape=True),
-               same_status & JobEventRow.message.startswith(CONNECTED, autoescape=True),
-               same_status & (JobEventRow.message == CONNECTION_CHECKS_OFF))
-
-
-def connection_warnings(session: Session, jobs: Sequence[JobRow]) -> dict[int, str]:
-    """The standing `NOT_CONNECTED` warning of each RUNNING job of `jobs`, by job id: the
-    message of the warning's event where it is the latest of the events that settle it. The
-    events are the record (`workers/connections.py` adds them), so any server reads the same."""
-    running = [job.id for job in jobs if job.status == JobStatus.RUNNING.value]
-    if not running:
-        return {}
-    latest = (select(func.max(JobEventRow.id)).where(JobEventRow.job_id.in_(running), _settles_connection_warning())
-              .group_by(JobEventRow.job_id))
-    found = session.execute(select(JobEventRow.job_id, JobEventRow.from_status, JobEventRow.to_status,
-                                   JobEventRow.message).where(JobEventRow.id.in_(latest.scalar_subquery())))
-    return {job_id: message for job_id, from_status, to_status, message in found
-            if from_status == to_status and message and message.startswith(NOT_CONNECTED)}
-
-
-def _attempt_exit_code(attempt: AttemptRow) -> int | None:
-    """The code of the replica that failed first (the others mostly die of the stop that
-    followed), or 0 when every replica exited 0 or the attempt met its success policy (the
-    replicas stopped after it do not count)."""
-    if attempt.stop_outcome == JobStatus.SUCCEEDED.value:
-        return 0
-    ended = [replica for replica in attempt.replicas if replica.exit_code is not None]
-    failed = [replica for replica in ended if replica.exit_code != 0]
-    if failed:
-        return min(failed, key=lambda replica: (replica.finished_at or float("inf"), replica.rank)).exit_code
-    return 0 if ended and len(ended) == len(attempt.replicas) else None
-
-
-def attempt_info(attempt: AttemptRow) -> AttemptInfo:
-    return AttemptInfo(
-        number=attempt.number,
-        created_at=attempt.created_at,
-        launched_at=attempt.launched_at,
-        running_at=attempt.running_at,
-        finished_at=attempt.finished_at,
-        stop_reason=attempt.stop_reason,
-        stop_outcome=JobStatus(attempt.stop_outcome) if attempt.stop_outcome else None,
-        master_port=attempt.master_port,
-        exit_code=_attempt_exit_code(attempt),
-        replicas=[
-            ReplicaInfo(
-                name=replica.name,
-                role=replica.role,
-                index=replica.index,
-                rank=replica.rank,
-                node=replica.node,
-                state=replica.state,
-                pid=replica.pid,
-                exit_code=replica.exit_code,
-                cpu_ids=list(replica.cpu_ids),
-                cpu_millicores=replica.cpu_millicores or 0,
-                gpu_ids=list(replica.gpu_ids),
-                memory_bytes=replica.memory_bytes,
-                started_at=replica.started_at,
-                finished_at=replica.finished_at,
-                reason=replica.reason,
-            )
-            for replica in attempt.replicas
-        ],
-    )

@@ -31,7 +31,7 @@ def locate_log(database: Database, principal: auth.Principal, job_id: int, *, re
                attempt: int | None = None) -> LogLocation:
     """`replica` is a name such as worker-1 or a rank; default rank 0 of the latest attempt."""
     auth.authorize(principal, auth.Action.READ, job_id=job_id)
-    with database.transaction() as session:
+    with database.reading() as session:
         job = session.scalar(
             select(JobRow).where(JobRow.id == job_id)
             .options(selectinload(JobRow.attempts).selectinload(AttemptRow.replicas))

@@ -43,7 +43,7 @@ def read(database: Database, principal: auth.Principal, job_id: int, *, names: l
          after: int = 0, limit: int = PAGE_SIZE) -> MetricsPage:
     """Values stored after the point `after` (an id from an earlier page), oldest first."""
     auth.authorize(principal, auth.Action.READ, job_id=job_id)
-    with database.transaction() as session:
+    with database.reading() as session:
         auth.visible_job(principal, session.get(JobRow, job_id), job_id)
         query = select(MetricRow).where(MetricRow.job_id == job_id, MetricRow.id > after)
         if names:

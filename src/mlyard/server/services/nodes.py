@@ -36,7 +36,7 @@ def record_nodes(database: Database, backend_name: str, nodes: Sequence[NodeDesc
 
 def list_nodes(database: Database, principal: auth.Principal) -> list[NodeInfo]:
     auth.authorize(principal, auth.Action.READ)
-    with database.transaction() as session:
+    with database.reading() as session:
         holding = session.scalars(
             select(ReplicaRow).join(AttemptRow).where(AttemptRow.finished_at.is_(None))
         ).all()

@@ -92,7 +92,7 @@ def _storage(session: Session, row: ProjectRow) -> ProjectStorage:
 
 def get_storage(database: Database, principal: auth.Principal, name: str) -> ProjectStorage:
     auth.authorize(principal, auth.Action.READ)
-    with database.transaction() as session:
+    with database.reading() as session:
         return _storage(session, _visible_project(session, principal, name))
 
 

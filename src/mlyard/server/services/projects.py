@@ -71,7 +71,7 @@ def _project(session: Session, principal: auth.Principal, name: str) -> ProjectR
 def list_projects(database: Database, principal: auth.Principal) -> list[ProjectInfo]:
     auth.authorize(principal, auth.Action.READ)
     visible = principal.visible_projects()
-    with database.transaction() as session:
+    with database.reading() as session:
         query = select(ProjectRow).order_by(ProjectRow.name)
         if visible is not None:
             query = query.where(ProjectRow.name.in_(sorted(visible)))
@@ -80,7 +80,7 @@ def list_projects(database: Database, principal: auth.Principal) -> list[Project
 
 def get_project(database: Database, principal: auth.Principal, name: str) -> ProjectInfo:
     auth.authorize(principal, auth.Action.READ)
-    with database.transaction() as session:
+    with database.reading() as session:
         return _info(session, principal, _project(session, principal, name))
 
 

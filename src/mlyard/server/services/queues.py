@@ -97,7 +97,7 @@ def _names_in_use(session: Session) -> set[str]:
 
 def list_queues(database: Database, principal: auth.Principal) -> list[QueueInfo]:
     auth.authorize(principal, auth.Action.READ)
-    with database.transaction() as session:
+    with database.reading() as session:
         rows = {row.name: row for row in session.scalars(select(QueueRow))}
         loads = _loads(session, principal.visible_projects())
         names = sorted({DEFAULT_QUEUE, *rows, *_names_in_use(session)})
@@ -106,7 +106,7 @@ def list_queues(database: Database, principal: auth.Principal) -> list[QueueInfo
 
 def get_queue(database: Database, principal: auth.Principal, name: str) -> QueueInfo:
     auth.authorize(principal, auth.Action.READ)
-    with database.transaction() as session:
+    with database.reading() as session:
         row = session.get(QueueRow, name)
         if row is None and name != DEFAULT_QUEUE and name not in _names_in_use(session):
             raise NotFound(f"queue {name!r} does not exist")

@@ -257,7 +257,7 @@ def node_samples(database: Database, principal: auth.Principal, node: str, *, si
     oldest first; ask again with `since` set to the last one's `at` for more."""
     auth.authorize(principal, auth.Action.READ)
     since = time.time() - DEFAULT_WINDOW[resolution] if since is None else since
-    with database.transaction() as session:
+    with database.reading() as session:
         rows = session.scalars(select(NodeSampleRow).where(
             NodeSampleRow.node == node, NodeSampleRow.period == PERIODS[resolution], NodeSampleRow.at > since,
         ).order_by(NodeSampleRow.at).limit(limit)).all()
@@ -273,7 +273,7 @@ def job_resources(database: Database, principal: auth.Principal, job_id: int, *,
     auth.authorize(principal, auth.Action.READ, job_id=job_id)
     since = time.time() - DEFAULT_WINDOW[resolution] if since is None else since
     period = PERIODS[resolution]
-    with database.transaction() as session:
+    with database.reading() as session:
         job = auth.visible_job(principal, session.get(JobRow, job_id), job_id)
         times = session.scalars(select(JobSampleRow.at).distinct().where(
             JobSampleRow.job_id == job_id, JobSampleRow.period == period, JobSampleRow.at > since,
@@ -316,7 +316,7 @@ def running_jobs(database: Database, principal: auth.Principal, *, now: float | 
         query = query.where(JobRow.id == principal.job_id)
     if (visible := principal.visible_projects()) is not None:
         query = query.where(JobRow.project.in_(sorted(visible)))
-    with database.transaction() as session:
+    with database.reading() as session:
         # A job has one holding attempt; should an older one linger unfinished, the newest speaks for it.
         holding = {job.id: (job, attempt, user) for job, attempt, user in session.execute(query)}
         figures: dict[tuple[int, int], list[JobSampleRow]] = defaultdict(list)

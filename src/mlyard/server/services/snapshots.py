@@ -119,7 +119,7 @@ def get_snapshot(database: Database, principal: auth.Principal, digest: str,
     """The snapshot if the caller may use it (in `project`, when given); 404 otherwise, so the
     client uploads it."""
     auth.authorize(principal, auth.Action.READ)
-    with database.transaction() as session:
+    with database.reading() as session:
         row = session.get(SnapshotRow, digest)
         if row is None or not may_use(session, principal, digest, project):
             raise NotFound(f"snapshot {digest[:12]} does not exist", field="digest")

@@ -13,7 +13,7 @@ from mlyard.server.store.rows import JobRow
 
 def directory(database: Database, principal: auth.Principal, paths: Paths, job_id: int) -> TensorBoardInfo:
     auth.authorize(principal, auth.Action.READ, job_id=job_id)
-    with database.transaction() as session:
+    with database.reading() as session:
         auth.visible_job(principal, session.get(JobRow, job_id), job_id)
     path = paths.tensorboard_directory(job_id)
     return TensorBoardInfo(job_id=job_id, directory=str(path), exists=path.is_dir())

@@ -98,7 +98,7 @@ def _held_attempts(database: Database, since: float, until: float, owner_id: int
     if owner_id is not None:
         query = query.where(JobRow.owner_id == owner_id)
     attempts: dict[int, _Held] = {}
-    with database.transaction() as session:
+    with database.reading() as session:
         for attempt_id, launched, finished, job_id, project, owner, cpu_ids, gpu_ids, share in session.execute(query):
             held = attempts.get(attempt_id)
             if held is None:

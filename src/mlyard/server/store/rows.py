@@ -71,7 +71,10 @@ class ApiTokenRow(Base):
 class JobRow(Base):
     __tablename__ = "jobs"
     __table_args__ = (Index("ix_jobs_status_submitted", "status", "submitted_at"),
-                      Index("ix_jobs_revision", "revision"))
+                      Index("ix_jobs_revision", "revision"),
+                      # Listings filtered by project or queue, and their totals.
+                      Index("ix_jobs_project_status", "project", "status"),
+                      Index("ix_jobs_queue_status", "queue", "status"))
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     name: Mapped[str] = mapped_column(String(63))

@@ -1,4 +1,4 @@
-"""job revisions: the controller reads only the jobs changed since its last pass
+"""job revisions: the controller reads only the jobs changed since its last pass; indexes for listings
 
 Revision ID: 0016
 Revises: 0015
@@ -23,6 +23,8 @@ def upgrade() -> None:
     with op.batch_alter_table('jobs') as batch:
         batch.add_column(sa.Column('revision', sa.BigInteger(), server_default='0', nullable=False))
         batch.create_index('ix_jobs_revision', ['revision'])
+        batch.create_index('ix_jobs_project_status', ['project', 'status'])
+        batch.create_index('ix_jobs_queue_status', ['queue', 'status'])
     op.create_index('ix_attempts_unfinished', 'attempts', ['id'], sqlite_where=sa.text('finished_at IS NULL'),
                     postgresql_where=sa.text('finished_at IS NULL'))
 
@@ -30,6 +32,8 @@ def upgrade() -> None:
 def downgrade() -> None:
     op.drop_index('ix_attempts_unfinished', table_name='attempts')
     with op.batch_alter_table('jobs') as batch:
+        batch.drop_index('ix_jobs_queue_status')
+        batch.drop_index('ix_jobs_project_status')
         batch.drop_index('ix_jobs_revision')
         batch.drop_column('revision')
     op.drop_table('job_revisions')

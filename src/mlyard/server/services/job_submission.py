@@ -1,0 +1,349 @@
+"""Submitting jobs, one or a batch: the checks a job passes before it is stored QUEUED, and the
+idempotency keys that make a retry return the jobs the first request created.
+
+A single submission and a batch take the same path: every job is checked as a single
+submission is (its queue, its project and the caller's role there, its snapshot, its
+environment, whether any node could ever hold it, its image), then all are stored in one
+transaction, or none. An error about a batch item names it: field `jobs.3.spec.queue`, message
+`jobs.3: …`. What the checks read (a queue, a project, the nodes) is read once per transaction,
+not once per job, and the rows go in with one bulk insert per table, so a batch of 1,000 costs
+little more than its inserts.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from sqlalchemy import delete, func, insert, select, text
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session, selectinload
+
+from mlyard.api.jobs import JobInfo
+from mlyard.errors import Conflict, InvalidRequest, MlyardError, Unschedulable
+from mlyard.scheduler import unschedulable_reason
+from mlyard.server import auth
+from mlyard.server.job_secrets import SecretBox
+from mlyard.server.scheduler_terms import DEFAULT_QUEUE, scheduler_node, smallest_gang
+from mlyard.server.services import environments, job_specs, project_storage, projects, snapshots
+from mlyard.server.services.job_views import job_info
+from mlyard.server.store import revisions
+from mlyard.server.store.db import Database
+from mlyard.server.store.rows import (
+    AttemptRow,
+    IdempotencyKeyRow,
+    JobEventRow,
+    JobRow,
+    NodeRow,
+    QueueRow,
+    UserRow,
+)
+from mlyard.spec import JobSpec, JobStatus
+
+IDEMPOTENCY_KEY_LIFETIME = 24 * 3600.0
+"""A retry later than this with the same key creates a new job."""
+ImageCheck = Callable[[str], str | None]
+"""The backend's answer to "can you run this image?": None, or what is wrong (`Backend.check_image`)."""
+
+
+@dataclass(frozen=True)
+class Submission:
+    job: JobInfo
+    replayed: bool
+    """True when an earlier request with the same idempotency key created the job."""
+
+
+@dataclass(frozen=True)
+class _Item:
+    """One job to store: its spec as stored (secrets sealed), its idempotency key and the
+    digest of its request (what a retry with the key must repeat)."""
+
+    index: int | None
+    """Its place in a batch; None for a single submission (its errors name no item)."""
+    spec: JobSpec
+    key: str | None
+    digest: str | None
+
+
+def submit(database: Database, principal: auth.Principal, spec: JobSpec, *, wake: Callable[[], None],
+           check_image: ImageCheck | None = None, secrets: SecretBox | None = None) -> JobInfo:
+    """Stores the job QUEUED; it is durable once this returns. `secrets` seals its `env_secrets`."""
+    auth.authorize(principal, auth.Action.WRITE)
+    [submission] = _submit(database, principal, [(spec, None)], batch=False, wake=wake, check_image=check_image,
+                           secrets=secrets)
+    return submission.job
+
+
+def submit_with_key(
+    database: Database, principal: auth.Principal, spec: JobSpec, idempotency_key: str, *, wake: Callable[[], None],
+    check_image: ImageCheck | None = None, secrets: SecretBox | None = None, sealed: bool = False,
+) -> Submission:
+    """`submit`, except that a retry of the same request (same caller, key and spec) returns
+    the job the first one created instead of creating another. `sealed`: the spec's secrets are
+    already encrypted (a stored spec submitted again)."""
+    auth.authorize(principal, auth.Action.WRITE)
+    [submission] = _submit(database, principal, [(spec, idempotency_key)], batch=False, wake=wake,
+                           check_image=check_image, secrets=secrets, sealed=sealed)
+    return submission
+
+
+def submit_batch(
+    database: Database, principal: auth.Principal, items: Sequence[tuple[JobSpec, str | None]], *,
+    wake: Callable[[], None], check_image: ImageCheck | None = None, secrets: SecretBox | None = None,
+) -> list[Submission]:
+    """Stores every job of `items` (a spec and an optional idempotency key each) in one
+    transaction, or none of them; the answers come in the order of `items`. An item whose key
+    an earlier request of the caller used for the same spec gets that request's job
+    (`replayed`); for another spec, a 409 naming the item. One key may serve one item only."""
+    auth.authorize(principal, auth.Action.WRITE)
+    return _submit(database, principal, items, batch=True, wake=wake, check_image=check_image, secrets=secrets)
+
+
+def resubmit(database: Database, principal: auth.Principal, job_id: int, idempotency_key: str, *,
+             wake: Callable[[], None], check_image: ImageCheck | None = None) -> Submission:
+    """The job's spec as stored (its env values and sealed secrets kept) as a new job, for a
+    caller who may see those values (`job_specs.check_resubmission`)."""
+    auth.authorize(principal, auth.Action.READ, job_id=job_id)
+    with database.reading() as session:
+        job = auth.visible_job(principal, session.get(JobRow, job_id), job_id)
+        spec = database.specs.of(job)
+        job_specs.check_resubmission(principal, job, spec)
+    return submit_with_key(database, principal, spec, idempotency_key, wake=wake, check_image=check_image,
+                           sealed=True)
+
+
+def _submit(database: Database, principal: auth.Principal, requests: Sequence[tuple[JobSpec, str | None]], *,
+            batch: bool, wake: Callable[[], None], check_image: ImageCheck | None, secrets: SecretBox | None,
+            sealed: bool = False) -> list[Submission]:
+    caller = _caller(principal)
+    items = [_prepare(index if batch else None, spec, key, secrets=secrets, sealed=sealed)
+             for index, (spec, key) in enumerate(requests)]
+    _refuse_repeated_keys(items)
+    checked_images: dict[str, str | None] = {}
+    for last_try in (False, True):
+        answers: dict[int, Submission] = _replays(database, principal, caller, items)
+        fresh = [position for position in range(len(items)) if position not in answers]
+        if not fresh:  # a retry gets the first answers, whatever the engine holds now
+            break
+        _check_images([items[position] for position in fresh], check_image, checked_images)
+        try:
+            stored = _store(database, principal, caller, [items[position] for position in fresh])
+        except IntegrityError:
+            # A concurrent request with one of the keys committed first (PostgreSQL lets both get
+            # this far): its jobs are now replays, and the rest are stored again.
+            if last_try:
+                raise
+            continue
+        answers.update({position: Submission(job=job, replayed=False) for position, job in zip(fresh, stored)})
+        wake()
+        break
+    return [answers[position] for position in range(len(items))]
+
+
+@contextmanager
+def _naming(index: int | None, section: str = "spec") -> Iterator[None]:
+    """An error raised inside about batch item `index` names it: field `jobs.3.spec.queue`,
+    message `jobs.3: …`; a single submission's errors are left as they are."""
+    try:
+        yield
+    except MlyardError as error:
+        if index is not None:
+            where = f"jobs.{index}.{section}"
+            error.field = f"{where}.{error.field}" if error.field else where
+            error.message = f"jobs.{index}: {error.message}"
+            error.args = (error.message,)
+        raise
+
+
+def _caller(principal: auth.Principal) -> str:
+    if principal.job_id is not None:
+        return f"job:{principal.job_id}"
+    return f"user:{principal.user_id}" if principal.user_id is not None else f"principal:{principal.name}"
+
+
+def _prepare(index: int | None, spec: JobSpec, key: str | None, *, secrets: SecretBox | None,
+             sealed: bool) -> _Item:
+    with _naming(index):
+        if not sealed:
+            job_specs.refuse_shown_values(spec)
+        digest = None
+        if key is not None:
+            text = job_specs.request_text(spec, None if sealed else secrets)
+            digest = hashlib.sha256(text.encode()).hexdigest()
+        stored = spec if sealed else job_specs.sealed_spec(spec, secrets)
+    return _Item(index=index, spec=stored, key=key, digest=digest)
+
+
+def _refuse_repeated_keys(items: Sequence[_Item]) -> None:
+    first: dict[str, int] = {}
+    for item in items:
+        if item.key is None:
+            continue
+        if item.key in first:
+            with _naming(item.index, "idempotency_key"):
+                raise InvalidRequest(f"idempotency key {item.key!r} is also item {first[item.key]}'s; give each "
+                                     "job a key of its own")
+        first[item.key] = item.index or 0
+
+
+def _replays(database: Database, principal: auth.Principal, caller: str,
+             items: Sequence[_Item]) -> dict[int, Submission]:
+    """By position in `items`: the jobs that earlier requests with the items' keys created."""
+    positions = {item.key: position for position, item in enumerate(items) if item.key is not None}
+    if not positions:
+        return {}
+    with database.reading() as session:
+        earlier = list(session.scalars(select(IdempotencyKeyRow).where(
+            IdempotencyKeyRow.caller == caller, IdempotencyKeyRow.key.in_(list(positions)),
+            IdempotencyKeyRow.created_at >= time.time() - IDEMPOTENCY_KEY_LIFETIME)))
+        for row in earlier:
+            item = items[positions[row.key]]
+            if row.request_sha256 != item.digest:
+                with _naming(item.index, "idempotency_key"):
+                    raise Conflict(
+                        f"{'idempotency key' if item.index is not None else 'Idempotency-Key'} {row.key!r} was used "
+                        f"for a different job (job {row.job_id}); use a new key for a new submission",
+                        field=None if item.index is not None else "headers.Idempotency-Key")
+        jobs = _jobs(session, [row.job_id for row in earlier])
+        return {positions[row.key]: Submission(job=job_info(jobs[row.job_id], principal,
+                                                            spec=database.specs.of(jobs[row.job_id])), replayed=True)
+                for row in earlier}
+
+
+def _jobs(session: Session, job_ids: Sequence[int]) -> dict[int, JobRow]:
+    if not job_ids:
+        return {}
+    query = (select(JobRow).where(JobRow.id.in_(job_ids))
+             .options(selectinload(JobRow.attempts).selectinload(AttemptRow.replicas), selectinload(JobRow.owner)))
+    return {row.id: row for row in session.scalars(query)}
+
+
+def _check_images(items: Sequence[_Item], check_image: ImageCheck | None, checked: dict[str, str | None]) -> None:
+    """A job whose image the backend cannot run (no engine, an image it lacks) is refused now,
+    not found failing later; asked outside any transaction, since it may ask the engine, and once
+    per image."""
+    if check_image is None:
+        return
+    for item in items:
+        image = item.spec.image
+        if image is None:
+            continue
+        if image not in checked:
+            checked[image] = check_image(image)
+        if checked[image] is not None:
+            with _naming(item.index):
+                raise InvalidRequest(checked[image], field="image")
+
+
+def _store(database: Database, principal: auth.Principal, caller: str, items: Sequence[_Item]) -> list[JobInfo]:
+    """Checks and inserts the jobs of `items` in one transaction. The rows go in as bulk inserts
+    with ids taken first (`_new_job_ids`): an ORM flush, or an INSERT … RETURNING that keeps the
+    rows' order, costs several times the inserts themselves."""
+    with database.transaction() as session:
+        admission = _Admission(session, principal)
+        specs = [admission.admit(item) for item in items]
+        now = time.time()
+        ids = _new_job_ids(session, len(specs))
+        values = [dict(id=job_id, name=spec.name, project=spec.project, queue=spec.queue, priority=spec.priority,
+                       owner_id=principal.user_id, spec=spec.model_dump(mode="json"), snapshot=spec.snapshot,
+                       status=JobStatus.QUEUED.value, attempt_count=0, submitted_at=now, updated_at=now)
+                  for job_id, spec in zip(ids, specs)]
+        session.execute(insert(JobRow), values)
+        revisions.touch(session, ids)  # inserted past the ORM's flush, which would note them itself
+        message = f"submitted by {principal.name}"
+        session.execute(insert(JobEventRow), [
+            {"job_id": job_id, "at": now, "from_status": None, "to_status": JobStatus.QUEUED.value, "message": message}
+            for job_id in ids])
+        keys = [{"caller": caller, "key": item.key, "request_sha256": item.digest, "job_id": job_id, "created_at": now}
+                for item, job_id in zip(items, ids) if item.key is not None]
+        if keys:
+            # An expired row would make the unique (caller, key) pair refuse a legitimate reuse.
+            session.execute(delete(IdempotencyKeyRow).where(
+                IdempotencyKeyRow.created_at < now - IDEMPOTENCY_KEY_LIFETIME))
+            session.execute(insert(IdempotencyKeyRow), keys)
+        owner = session.get(UserRow, principal.user_id) if principal.user_id is not None else None
+        # Rows outside the session, only for `job_info`, which reads them as the stored ones.
+        return [job_info(JobRow(**row, owner=owner, attempts=[]), principal, now=now, spec=spec)
+                for row, spec in zip(values, specs)]
+
+
+def _new_job_ids(session: Session, count: int) -> list[int]:
+    """Ids for `count` jobs about to be inserted in this transaction: PostgreSQL takes them from
+    the column's sequence; on SQLite the transaction holds the write lock (BEGIN IMMEDIATE), so
+    the ids after the largest are free, as SQLite itself would choose them."""
+    if session.get_bind().dialect.name == "postgresql":
+        return list(session.scalars(text("SELECT nextval(pg_get_serial_sequence('jobs', 'id')) "
+                                         "FROM generate_series(1, :count)"), {"count": count}))
+    newest = session.scalar(select(func.max(JobRow.id))) or 0
+    return list(range(newest + 1, newest + count + 1))
+
+
+class _Admission:
+    """The checks of jobs about to be stored, inside the transaction that stores them. What
+    the checks read is read once: a batch of 1,000 jobs of one queue reads its queue, project,
+    snapshot and the nodes once."""
+
+    def __init__(self, session: Session, principal: auth.Principal):
+        self.session = session
+        self.principal = principal
+        self._queues: dict[str, QueueRow | None] = {}
+        self._passed: set[tuple[str, ...]] = set()
+        self._nodes: tuple | None = None
+        self._reasons: dict[tuple, str | None] = {}
+
+    def admit(self, item: _Item) -> JobSpec:
+        """The spec as it is stored (with the queue's project where it names none)."""
+        with _naming(item.index):
+            return self._admit(item.spec)
+
+    def _admit(self, spec: JobSpec) -> JobSpec:
+        queue = self._queue(spec.queue)
+        if queue is not None and "project" not in spec.model_fields_set:
+            # A job that names a queue but no project belongs to the queue's project.
+            spec = spec.model_copy(update={"project": queue.project})
+        if ("project", spec.project) not in self._passed:
+            projects.ensure_project(self.session, self.principal, spec.project)
+            self._passed.add(("project", spec.project))
+        auth.require_role(self.principal, spec.project, auth.Role.MEMBER, f"submit jobs to project {spec.project!r}")
+        if spec.snapshot is not None and ("snapshot", spec.project, spec.snapshot) not in self._passed:
+            snapshot = snapshots.require_usable(self.session, self.principal, spec.snapshot, spec.project)
+            project_storage.charge(self.session, spec.project, spec.snapshot, snapshot.size)
+            self._passed.add(("snapshot", spec.project, spec.snapshot))
+        if spec.environment is not None and ("environment", spec.project, spec.environment) not in self._passed:
+            environments.check_for_job(self.session, spec.environment, spec.project)
+            self._passed.add(("environment", spec.project, spec.environment))
+        # The default project's queues are shared; any other queue takes its own project's jobs.
+        if queue is not None and queue.project not in (projects.DEFAULT_PROJECT, spec.project):
+            raise InvalidRequest(f"queue {spec.queue!r} belongs to project {queue.project!r}; a job of project "
+                                 f"{spec.project!r} cannot use it", field="queue")
+        reason = self._unschedulable_reason(spec)
+        if reason is not None:
+            raise Unschedulable(f"job {spec.name!r} can never run here: {reason}", field="roles")
+        return spec
+
+    def _queue(self, name: str) -> QueueRow | None:
+        if name not in self._queues:
+            # A shared lock: a queue deleted meanwhile (which locks the row) cannot end up holding this job.
+            self._queues[name] = self.session.scalar(
+                select(QueueRow).where(QueueRow.name == name).with_for_update(read=True))
+        queue = self._queues[name]
+        if name != DEFAULT_QUEUE and queue is None:
+            names = sorted({DEFAULT_QUEUE, *self.session.scalars(select(QueueRow.name))})
+            raise InvalidRequest(f"queue {name!r} does not exist; the queues are: {', '.join(names)}",
+                                 field="queue")
+        return queue
+
+    def _unschedulable_reason(self, spec: JobSpec) -> str | None:
+        """Why no node could ever hold the job (`scheduler.unschedulable_reason`), asked once per
+        shape of gang."""
+        if self._nodes is None:
+            self._nodes = tuple(scheduler_node(row) for row in self.session.scalars(select(NodeRow)))
+        gang = smallest_gang(spec)
+        key = (gang, spec.placement.same_node, spec.placement.same_topology)
+        if key not in self._reasons:
+            self._reasons[key] = unschedulable_reason(self._nodes, gang, same_node=spec.placement.same_node,
+                                                      same_topology=spec.placement.same_topology)
+        return self._reasons[key]
