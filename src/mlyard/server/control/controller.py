@@ -135,18 +135,21 @@ class Controller:
             record_nodes(self.database, self.backend.name, self.backend.nodes())
             self._nodes_recorded_at = time.monotonic()
         with self.database.reading() as session:
-            launched = [attempt for attempt in holding_attempts(session) if attempt.launched_at is not None]
-            specs = self.database.specs.load(session, [attempt.job for attempt in launched])
+            holding = holding_attempts(session)
+            specs = self.database.specs.load(session, [attempt.job for attempt in holding])
+        launched = [attempt for attempt in holding if attempt.launched_at is not None]
         references = [replica_reference(replica) for attempt in launched for replica in attempt.replicas]
         stops, transient = [], False
         observations = self.backend.observe(references) if references else {}
         # Nothing launched, or jobs running on as they were: nothing to write, and no write lock
         # taken that a submission would wait for.
-        if not self._settled(launched, specs, observations, time.time()):
+        settled = self._settled(launched, specs, observations, time.time())
+        if not settled:
             stops, transient = self._apply_observations(observations, time.time())
         for stop in stops:
             self.backend.stop(stop.replicas, force=stop.force)
-        acted = self._schedule(time.time())
+        # Attempts this pass did not change are what the round reads: no need to read them again.
+        acted = self._schedule(time.time(), (holding, specs) if settled and not stops else None)
         # Exits of replicas this server started wake the loop at once (backend.notify); the
         # tick covers the rest: starts, stops in progress, replicas of a previous server.
         delay = self.settings.busy_tick_seconds if transient or acted else self.settings.idle_tick_seconds
@@ -262,11 +265,11 @@ class Controller:
         log.info("job %s attempt %s: stopping (%s)", attempt.job_id, attempt.number, reason)
 
     # ----------------------------------------------------------------- scheduling
-    def _schedule(self, now: float) -> bool:
+    def _schedule(self, now: float, holding: tuple[list[AttemptRow], dict[int, JobSpec]] | None = None) -> bool:
         """One scheduling round, when one is due (`rounds.py`); True when it started or stopped
         something."""
         began = time.perf_counter()
-        round_ = self.rounds.prepare(now)
+        round_ = self.rounds.prepare(now, holding)
         if round_ is None:
             return False
         decisions = self.decide(round_.snapshot, now)

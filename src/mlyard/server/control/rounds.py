@@ -29,7 +29,8 @@ from mlyard.server.control.scheduler_input import running_job, scheduler_queues
 from mlyard.server.scheduler_terms import scheduler_node
 from mlyard.server.settings import ServerSettings
 from mlyard.server.store.db import Database
-from mlyard.server.store.rows import NodeRow, ProjectRow, QueueRow
+from mlyard.server.store.rows import AttemptRow, NodeRow, ProjectRow, QueueRow
+from mlyard.spec import JobSpec
 
 RECHECK_FACTOR = 50
 
@@ -70,16 +71,20 @@ class Rounds:
         self.queued.clear()
         self._last_inputs = None
 
-    def prepare(self, now: float) -> Round | None:
-        """The round to run now, or None when none is due."""
+    def prepare(self, now: float, known: tuple[list[AttemptRow], dict[int, JobSpec]] | None = None) -> Round | None:
+        """The round to run now, or None when none is due. `known`: the holding attempts and
+        their specs, when the caller has just read them and nothing changed them since."""
         self.come_back_at = None
         with self.database.reading() as session:
             self.queued.refresh(session)
-            holding = holding_attempts(session)
+            if known is None:
+                holding = holding_attempts(session)
+                specs = self.database.specs.load(session, [attempt.job for attempt in holding])
+            else:
+                holding, specs = known
             nodes = session.scalars(select(NodeRow)).all()
             queue_rows = session.scalars(select(QueueRow)).all()
             projects = {row.name: row for row in session.scalars(select(ProjectRow))}
-            specs = self.database.specs.load(session, [attempt.job for attempt in holding])
         self.database.specs.retain(specs)  # the specs of jobs no longer running are let go
         self.next_restart_at = self.queued.next_restart(now)
         if not len(self.queued) and not holding:
