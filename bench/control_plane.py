@@ -152,7 +152,7 @@ class Server:
         for _ in range(3):
             began = time.perf_counter()
             subprocess.run([str(BIN / "mlyard"), *arguments], env=environment, check=True, cwd=REPOSITORY,
-                           stdout=subprocess.DEVNULL)
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             times.append(time.perf_counter() - began)
         return statistics.median(times)
 
@@ -162,12 +162,13 @@ class Server:
 
 def measure(server: Server, size: int, options) -> dict[str, float | None]:
     batch_rate = server.fill(size)
+    queued = server.queued
     one_rate, latencies = server.submit(1, options.submissions)
     many_rate, _ = server.submit(CLIENTS, options.submissions)
     listing, lookup = server.reads(options.reads)
     idle = server.idle_cpu(options.idle)
     return {
-        "queued": server.queued, "single 1 client /s": one_rate, f"single {CLIENTS} clients /s": many_rate,
+        "queued": queued, "single 1 client /s": one_rate, f"single {CLIENTS} clients /s": many_rate,
         "batch jobs/s": batch_rate, "submit p50 ms": 1000 * percentile(latencies, 0.5),
         "submit p99 ms": 1000 * percentile(latencies, 0.99), "list p50 ms": 1000 * percentile(listing, 0.5),
         "list p99 ms": 1000 * percentile(listing, 0.99), "get p50 ms": 1000 * percentile(lookup, 0.5),
