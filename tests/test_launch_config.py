@@ -30,6 +30,7 @@ FULL_CONFIG = LaunchConfig(
     command=("python", "train.py", "--lr=0.1"),
     env={"RANK": "1", "MLYARD_TOKEN": "secret"},
     snapshot=Path("/home/mlyard/blobs/ab/cdef"),
+    cache_snapshot=True,
     cpu_ids=(2, 3),
     memory_bytes=512 * MEBIBYTE,
     memory_cgroup_parent=Path("/sys/fs/cgroup/memory/mlyard"),
@@ -52,7 +53,7 @@ def test_a_launch_config_reads_back_as_written_privately_under_its_keys(tmp_path
     assert read_launch_config(tmp_path) == FULL_CONFIG
     assert path.stat().st_mode & 0o777 == 0o600  # it holds the job's API token
     assert sorted(json.loads(path.read_text())) == [
-        "cgroup_name", "command", "cpu_cgroup_parent", "cpu_ids", "cpu_quota_millicores", "env", "hide_home", "keep",
+        "cache_snapshot", "cgroup_name", "command", "cpu_cgroup_parent", "cpu_ids", "cpu_quota_millicores", "env", "hide_home", "keep",
         "keep_read_only", "max_log_bytes", "memory_bytes", "memory_cgroup_parent", "prepend_path", "processes",
         "run_as", "snapshot"]
     assert [entry.name for entry in tmp_path.iterdir()] == [LAUNCH_CONFIG], "no temporary file is left"
@@ -82,6 +83,7 @@ def test_a_launch_config_written_before_cpu_quotas_reads_as_having_none() -> Non
     ({"command": ["true"], "memory_bytes": "1Gi"}, "'memory_bytes' must be an integer or null"),
     ({"command": ["true"], "cpu_quota_millicores": 0.25}, "'cpu_quota_millicores' must be an integer or null"),
     ({"command": ["true"], "env": {"RANK": 1}}, "'env' must map names to strings"),
+    ({"command": ["true"], "cache_snapshot": 1}, "'cache_snapshot' must be true or false"),
     ({"command": ["true"], "run_as": {"name": "x", "uid": 1}}, "'run_as' must be null or an object"),
     (["true"], "expected a JSON object, not list"),
 ])

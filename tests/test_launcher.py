@@ -130,6 +130,62 @@ def test_started_and_exit_files_are_written(tmp_path: Path) -> None:
     assert finished["signal"] is None
 
 
+def test_a_replica_loads_no_module_it_does_not_use(tmp_path: Path) -> None:
+    """Every replica pays for the launcher's imports before its command starts: extracting a
+    snapshot loads neither packing's nor the blob store's modules, and a command that leaves
+    no process behind ends without psutil."""
+    source = tmp_path / "source"
+    source.mkdir()
+    (source / "data.txt").write_text("snapshot contents\n")
+    snapshot = pack_directory(source, tmp_path / "snapshot.tar.gz").path
+    directory = write_config(tmp_path / "replica", ["cat", "data.txt"], snapshot=str(snapshot))
+    result = subprocess.run([PYTHON, "-X", "importtime", "-m", "mlyard.runtime.launcher", str(directory)],
+                            capture_output=True, text=True, timeout=15, check=True)
+    loaded = {line.split("|")[-1].strip() for line in result.stderr.splitlines() if line.startswith("import time:")}
+    assert "mlyard.storage.unpacking" in loaded  # archives' own import (importlib's are not listed)
+    assert output_of(directory) == "snapshot contents\n"
+    assert not loaded & {"mlyard.storage.packing", "mlyard.storage.blobs", "pathspec", "psutil"}
+
+
+def test_the_isolating_wrapper_loads_no_module_it_does_not_use() -> None:
+    """It runs between the launcher and every command of a replica on the server's account."""
+    result = subprocess.run([PYTHON, "-I", "-X", "importtime", "-c", "import mlyard.runtime.hide_home"],
+                            capture_output=True, text=True, timeout=15, check=True)
+    loaded = {line.split("|")[-1].strip() for line in result.stderr.splitlines() if line.startswith("import time:")}
+    assert "mlyard.runtime.hide_home" in loaded
+    assert not loaded & {"subprocess", "tempfile"}
+
+
+def test_a_command_with_the_home_hidden_gets_its_environment_exactly(tmp_path: Path) -> None:
+    from mlyard.runtime import hide_home
+
+    if (problem := hide_home.probe()) is not None:
+        pytest.skip(f"namespaces cannot be made here: {problem}")
+    home = tmp_path / "home"
+    directory = home / "runs" / "1" / "1" / "worker-0"
+    odd = {"WITH_EQUALS": "a=b=c", "WITH_NEWLINES": "one\ntwo\n", "EMPTY": "", "UNICODE": "grüße ✓",
+           "QUOTES": "'\"\\"}
+    script = "import json, os; print(json.dumps({name: os.environ.get(name) for name in %r}))" % sorted(odd)
+    write_config(directory, [PYTHON, "-c", script], env=odd, hide_home=str(home), keep=[str(directory / "code")])
+    run_launcher(directory)
+    assert read_json(directory / EXIT_FILE)["exit_code"] == 0, output_of(directory)
+    assert json.loads(output_of(directory)) == odd
+
+
+def test_replicas_of_a_cached_snapshot_copy_one_extraction_of_it(tmp_path: Path) -> None:
+    source = tmp_path / "source"
+    source.mkdir()
+    (source / "data.txt").write_text("snapshot contents\n")
+    snapshot = pack_directory(source, tmp_path / "snapshot.tar.gz").path
+    for name in ("direct", "first", "second"):
+        directory = write_config(tmp_path / name, ["cat", "data.txt"], snapshot=str(snapshot),
+                                 cache_snapshot=name != "direct")
+        run_launcher(directory)
+        assert output_of(directory) == "snapshot contents\n"
+        cached = [path.name for path in tmp_path.iterdir() if path.name.startswith("snapshot.tar.gz.")]
+        assert len(cached) == (0 if name == "direct" else 1), cached
+
+
 def test_command_without_snapshot_runs_in_an_empty_code_directory(tmp_path: Path) -> None:
     directory = launch(tmp_path, "ls -A; pwd")
     assert output_of(directory) == f"{(directory / 'code').resolve()}\n"

@@ -608,3 +608,16 @@ def test_without_extraction_filters_members_are_extracted_as_the_data_filter_wou
     assert modes["shared.txt"] == (0o644, *own)
     assert modes["secret.txt"] == (0o600, *own)
     assert (unfiltered / "bin" / "setuid-tool").read_bytes() == b"#!/bin/sh\n"
+
+
+def test_every_name_the_package_exports_loads_from_its_module() -> None:
+    """The package loads its names on first use; each one is what its module defines."""
+    import importlib
+
+    import mlyard.storage as storage
+
+    for name in storage.__all__:
+        module = importlib.import_module(f"mlyard.storage.{storage._MODULES[name]}")
+        assert getattr(storage, name) is getattr(module, name)
+    with pytest.raises(AttributeError):
+        storage.not_a_name  # noqa: B018

@@ -116,6 +116,7 @@ def test_dryrun_returns_plain_data_with_the_launcher_argv_and_config(tmp_path: P
         assert config["cpu_ids"] == list(replica.cpu_ids)
         assert config["memory_bytes"] == 256 * MEBIBYTE
         assert config["snapshot"] is None
+        assert config["cache_snapshot"] is True, "the blob store is on this machine"
         assert config["cgroup_name"] == f"job{attempt.job_id}-1-{replica.name}"
         assert config["prepend_path"] == str(Path(sys.executable).parent)
         expected_parent = str(backend.memory_parent) if backend.memory_parent else None

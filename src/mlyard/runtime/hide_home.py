@@ -12,6 +12,9 @@ namespace that maps only its own uid and gid, so the command has no capability t
 The first process of the PID namespace reaps for the command and passes its outcome on to the
 launcher: the exit code, or the signal that killed it (this process then dies of it too).
 Python 3.11 has no `os.unshare`: libc's `unshare` and `mount` are called through ctypes.
+
+It runs between the launcher and every replica's command, so it imports only what that needs
+(no subprocess or tempfile): its own start is part of every replica's.
 """
 
 from __future__ import annotations
@@ -20,9 +23,7 @@ import ctypes
 import json
 import os
 import signal
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 CLONE_NEWNS = 0x00020000
@@ -211,6 +212,9 @@ def arguments(home: Path, keep: list[Path], read_only: list[Path], command: list
 
 def probe() -> str | None:
     """Why commands cannot be run this way here; None when they can."""
+    import subprocess
+    import tempfile
+
     with tempfile.TemporaryDirectory(prefix="mlyard-isolation-") as directory:
         home = Path(directory)
         (home / "kept").mkdir()

@@ -75,6 +75,11 @@ class LaunchConfig:
     """Set on top of the launcher's own environment (or the account's, with `run_as`)."""
     snapshot: Path | None = None
     """The code archive extracted into `code/`, the command's working directory."""
+    cache_snapshot: bool = False
+    """Copy `code/` from the machine's extraction of `snapshot` beside it, made by the first
+    launcher that needs it (`storage/snapshot_cache.py`), rather than extract the archive again:
+    for a store on the machine's own disk. A pod, which sees the archive alone and would throw
+    such a copy away with itself, extracts directly."""
     cpu_ids: tuple[int, ...] = ()
     memory_bytes: int | None = None
     memory_cgroup_parent: Path | None = None
@@ -102,6 +107,7 @@ class LaunchConfig:
             "command": list(self.command),
             "env": dict(self.env),
             "snapshot": str(self.snapshot) if self.snapshot is not None else None,
+            "cache_snapshot": self.cache_snapshot,
             "cpu_ids": list(self.cpu_ids),
             "memory_bytes": self.memory_bytes,
             "memory_cgroup_parent": str(self.memory_cgroup_parent) if self.memory_cgroup_parent is not None else None,
@@ -178,6 +184,12 @@ def _optional(kind: type, convert: Any = None) -> Any:
     return parse
 
 
+def _boolean(value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(f"must be true or false, not {value!r}")
+    return value
+
+
 def _count(value: Any) -> int:
     if not _is_integer(value) or value < 1:
         raise TypeError(f"must be a positive integer, not {value!r}")
@@ -199,6 +211,7 @@ _PARSERS = {
     "command": _strings,
     "env": _environment,
     "snapshot": _optional(str, Path),
+    "cache_snapshot": _boolean,
     "cpu_ids": _integers,
     "memory_bytes": _optional(int),
     "memory_cgroup_parent": _optional(str, Path),

@@ -2,11 +2,11 @@
 
 It reads `launch.json` (a `launch_config.LaunchConfig`) from the replica directory, pins the
 CPUs, joins a memory cgroup when one is configured (and a CPU cgroup that holds a replica below
-one core to its share), extracts the code snapshot into `code/`,
-and runs the user command there in a process group of its own. Its stdout and stderr go
-through a pipe that a thread of the launcher copies into `output.log`, up to `max_log_bytes`
-(MLYARD_MAX_LOG_BYTES); past that the output is read and dropped, so the command never blocks
-on a full pipe, and one line says so. SIGTERM and SIGINT are forwarded to the whole group.
+one core to its share), extracts the code snapshot into `code/` (or copies the machine's
+extraction of it, `storage/snapshot_cache.py`), and runs the user command there in a process
+group of its own. Its stdout and stderr go through a pipe that a thread of the launcher copies
+into `output.log`, up to `max_log_bytes` (MLYARD_MAX_LOG_BYTES); past that the output is read
+and dropped, so the command never blocks on a full pipe, and one line says so. SIGTERM and SIGINT are forwarded to the whole group.
 When the command ends, anything it left in its group is killed, the rest of its output is
 copied, and `exit.json` is written (atomically), so the controller can read the outcome even
 after a server restart. `started.json` says the user command is running. When the config
@@ -100,8 +100,24 @@ def _become_subreaper() -> None:
         pass
 
 
+def _has_children() -> bool:
+    """Whether any process is still the launcher's child (orphans it adopted as a subreaper
+    included); True when the kernel cannot tell (no /proc/PID/task/TID/children)."""
+    try:
+        threads = os.listdir("/proc/self/task")
+        for thread in threads:
+            with open(f"/proc/self/task/{thread}/children", "rb") as children:
+                if children.read().strip():
+                    return True
+    except OSError:
+        return True
+    return False
+
+
 def _kill_descendants() -> None:
     """SIGKILL to every process still below the launcher, then reap them."""
+    if not _has_children():  # the usual end: nothing left, and no psutil to load to say so
+        return
     import psutil
 
     try:
@@ -298,7 +314,11 @@ class Launcher:
         if config.cpu_cgroup_parent and config.cpu_quota_millicores:
             self._join_cpu_cgroup(config.cpu_cgroup_parent, config.cgroup_name or "", config.cpu_quota_millicores)
         workdir = self.directory / CODE_DIRECTORY
-        if config.snapshot:
+        if config.snapshot and config.cache_snapshot:
+            from mlyard.storage.snapshot_cache import extract_cached
+
+            extract_cached(config.snapshot, workdir)
+        elif config.snapshot:
             from mlyard.storage import extract_snapshot
 
             extract_snapshot(config.snapshot, workdir)
@@ -468,4 +488,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    # Everything is written and closed by now: the interpreter's own teardown would only
+    # delay the end of the process, which is when the backend learns of the replica's end.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import shutil
 import tempfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -111,8 +112,14 @@ class BlobStore:
         return removed
 
     def remove(self, digest: str) -> None:
-        """Deletes the blob; removing one that is not there is fine."""
-        self.path_for(digest).unlink(missing_ok=True)
+        """Deletes the blob and the extractions of it that launchers keep beside it
+        (`snapshot_cache.py`); removing one that is not there is fine."""
+        from mlyard.storage.snapshot_cache import CACHE_INFIX
+
+        path = self.path_for(digest)
+        path.unlink(missing_ok=True)
+        for extracted in path.parent.glob(f"{digest}{CACHE_INFIX}*"):
+            shutil.rmtree(extracted, ignore_errors=True)
 
     @staticmethod
     def _write(

@@ -192,6 +192,7 @@ class LocalBackend(Backend):
             command=replica.command,
             env=dict(replica.env),
             snapshot=replica.snapshot,
+            cache_snapshot=True,  # the blob store is on this machine: replicas copy one extraction of it
             cpu_ids=replica.cpu_ids,
             memory_bytes=replica.memory_bytes,
             memory_cgroup_parent=self.memory_parent,
