@@ -86,7 +86,8 @@ def format_bytes(value: int) -> str:
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # Built on first use, not at import: a CLI command that never validates a spec starts sooner.
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
 
 MILLICORES = 1000

@@ -5,7 +5,7 @@ Times are UTC seconds since the epoch.
 
 from __future__ import annotations
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from mlyard.spec import JobSpec, JobStatus
 
@@ -21,7 +21,12 @@ DEFAULT_PAGE_JOBS = 50
 MAX_PAGE_JOBS = 1000
 
 
-class ReplicaInfo(BaseModel):
+class _Deferred(BaseModel):
+    # Built on first use, not at import: a CLI command that reads no job starts sooner.
+    model_config = ConfigDict(defer_build=True)
+
+
+class ReplicaInfo(_Deferred):
     name: str
     role: str
     index: int
@@ -41,7 +46,7 @@ class ReplicaInfo(BaseModel):
                                "unschedulable, image not found")
 
 
-class AttemptInfo(BaseModel):
+class AttemptInfo(_Deferred):
     number: int
     created_at: float
     launched_at: float | None
@@ -58,14 +63,14 @@ class AttemptInfo(BaseModel):
     replicas: list[ReplicaInfo]
 
 
-class EventInfo(BaseModel):
+class EventInfo(_Deferred):
     at: float
     from_status: JobStatus | None
     to_status: JobStatus
     message: str | None
 
 
-class JobInfo(BaseModel):
+class JobInfo(_Deferred):
     id: int
     name: str
     project: str
@@ -112,29 +117,29 @@ class JobDetail(JobInfo):
     )
 
 
-class JobBatchItem(BaseModel):
+class JobBatchItem(_Deferred):
     spec: JobSpec
     idempotency_key: str | None = Field(default=None, min_length=1, max_length=255, pattern=IDEMPOTENCY_KEY_PATTERN,
                                         description=IDEMPOTENCY_KEY_HELP)
 
 
-class JobBatch(BaseModel):
+class JobBatch(_Deferred):
     """Jobs submitted together: every one is checked as a single submission is, and all are
     stored in one transaction, or none (the error names the item: `jobs.3.spec.roles`)."""
 
     jobs: list[JobBatchItem] = Field(min_length=1, max_length=MAX_BATCH_JOBS)
 
 
-class SubmittedJob(BaseModel):
+class SubmittedJob(_Deferred):
     job: JobInfo
     replayed: bool = Field(description="an earlier request with the item's idempotency key created the job")
 
 
-class JobBatchResult(BaseModel):
+class JobBatchResult(_Deferred):
     items: list[SubmittedJob] = Field(description="one per submitted item, in the request's order")
 
 
-class LogChunk(BaseModel):
+class LogChunk(_Deferred):
     job_id: int
     attempt: int
     replica: str
@@ -144,7 +149,7 @@ class LogChunk(BaseModel):
     complete: bool = Field(description="the replica has exited and everything it wrote was returned")
 
 
-class TensorBoardInfo(BaseModel):
+class TensorBoardInfo(_Deferred):
     job_id: int
     directory: str = Field(description="the job's TensorBoard log directory (MLYARD_TENSORBOARD_DIR of its replicas)")
     exists: bool = Field(description="false until the job's first attempt is launched")

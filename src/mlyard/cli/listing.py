@@ -15,13 +15,13 @@ import sys
 import textwrap
 import time
 from collections.abc import Sequence
-from typing import Annotated, TextIO
+from typing import Annotated, Any, TextIO
 
 import typer
 
-from mlyard.api.jobs import DEFAULT_PAGE_JOBS, MAX_PAGE_JOBS, NOT_CONNECTED, JobInfo
+from mlyard.api.jobs import DEFAULT_PAGE_JOBS, MAX_PAGE_JOBS, NOT_CONNECTED
 from mlyard.cli.options import OutputFormat, OutputOption
-from mlyard.cli.words import STATUS_STYLES, ago, duration, job_runtime
+from mlyard.cli.words import STATUS_STYLES, ago, duration
 from mlyard.client import Client
 from mlyard.spec import JobStatus
 
@@ -33,6 +33,10 @@ ANSI = {"bold": "1", "dim": "2", "red": "31", "green": "32", "yellow": "33", "bl
 
 Cell = list[tuple[str, str]]
 """A cell's text in parts, each with its style name ("" for none)."""
+Job = dict[str, Any]
+"""A job as the server's JSON gives it (`JobInfo`'s fields): the listing prints what it gets,
+without validating each job's full spec into models first."""
+STYLES = {status.value: style for status, style in STATUS_STYLES.items()}
 
 
 def colours(stream: TextIO) -> bool:
@@ -45,20 +49,25 @@ def colours(stream: TextIO) -> bool:
     return stream.isatty() and os.environ.get("TERM") not in ("dumb", "unknown")
 
 
-def _status_cell(job: JobInfo) -> Cell:
+def _status_cell(job: Job) -> Cell:
     """The status with what follows it: `(idle 31m02s)`, `(not connected)`, `(warning)`."""
-    parts = [(job.status.value, STATUS_STYLES[job.status])]
-    if job.idle_since is not None:
-        parts.append((f" (idle {duration(time.time() - job.idle_since)})", "yellow"))
-    if job.warning is not None:
-        parts.append((" (not connected)" if job.warning.startswith(NOT_CONNECTED) else " (warning)", "yellow"))
+    status = job["status"]
+    parts = [(status, STYLES.get(status, ""))]
+    if job.get("idle_since") is not None:
+        parts.append((f" (idle {duration(time.time() - job['idle_since'])})", "yellow"))
+    warning = job.get("warning")
+    if warning is not None:
+        parts.append((" (not connected)" if warning.startswith(NOT_CONNECTED) else " (warning)", "yellow"))
     return parts
 
 
-def _row(job: JobInfo) -> list[Cell]:
-    message = job.wait_reason or job.message or " · ".join(filter(None, (job.idle_reason, job.warning)))
-    plain = (str(job.id), job.name, None, str(job.replica_count), job.queue, ago(job.submitted_at),
-             duration(job_runtime(job)), message)
+def _row(job: Job) -> list[Cell]:
+    message = (job.get("wait_reason") or job.get("message")
+               or " · ".join(filter(None, (job.get("idle_reason"), job.get("warning")))))
+    started = job.get("started_at")
+    runtime = None if started is None else (job.get("finished_at") or time.time()) - started
+    plain = (str(job["id"]), job["name"], None, str(job["replica_count"]), job["queue"], ago(job["submitted_at"]),
+             duration(runtime), message)
     return [_status_cell(job) if text is None else [(text, "")] for text in plain]
 
 
@@ -72,7 +81,7 @@ class JobLines:
         self.terminal = sys.stdout.isatty()
         self.coloured = colours(sys.stdout)
 
-    def write(self, jobs: Sequence[JobInfo]) -> None:
+    def write(self, jobs: Sequence[Job]) -> None:
         if not jobs:
             return
         rows = [_row(job) for job in jobs]
@@ -114,9 +123,9 @@ class JsonArray:
     def __init__(self) -> None:
         self.empty = True
 
-    def write(self, jobs: Sequence[JobInfo]) -> None:
+    def write(self, jobs: Sequence[Job]) -> None:
         for job in jobs:
-            item = json.dumps(job.model_dump(mode="json"), indent=2).replace("\n", "\n  ")
+            item = json.dumps(job, indent=2).replace("\n", "\n  ")
             sys.stdout.write(("[\n  " if self.empty else ",\n  ") + item)
             self.empty = False
         sys.stdout.flush()
@@ -145,10 +154,10 @@ def jobs(
     page_size = limit or (MAX_PAGE_JOBS if show_all else DEFAULT_PAGE_JOBS)
     writer = JsonArray() if output is OutputFormat.json else JobLines()
     with Client() as client:
-        page, total, after = client.jobs_page(**filters, limit=page_size)
+        page, total, after = client.jobs_page_json(**filters, limit=page_size)
         writer.write(page)
         while show_all and after is not None:
-            more, _total, after = client.jobs_page(**filters, after=after, limit=page_size)
+            more, _total, after = client.jobs_page_json(**filters, after=after, limit=page_size)
             writer.write(more)
     writer.close()
     if not page and output is OutputFormat.table:

@@ -146,6 +146,17 @@ class Client:
         """One page of jobs, newest first: those with an id below `after` (None: the newest).
         Returns the jobs, how many match the filters in all, and the `after` of the next page
         (None when this one is the last)."""
+        page, total, following = self.jobs_page_json(statuses=statuses, include_finished=include_finished,
+                                                     queue=queue, owner=owner, search=search, project=project,
+                                                     after=after, limit=limit)
+        return TypeAdapter(list[JobInfo]).validate_python(page), total, following
+
+    def jobs_page_json(self, *, statuses: Sequence[JobStatus] = (), include_finished: bool = False,
+                       queue: str | None = None, owner: str | None = None, search: str | None = None,
+                       project: str | None = None, after: int | None = None,
+                       limit: int = DEFAULT_PAGE_JOBS) -> tuple[list[dict[str, Any]], int, int | None]:
+        """`jobs_page` with each job as the server's JSON object (`JobInfo`'s fields), for a
+        caller that only prints them: validating a page of full specs costs more than fetching it."""
         params: list[tuple[str, str | int]] = [("status", status.value) for status in statuses]
         if include_finished:
             params.append(("all", "true"))
@@ -156,8 +167,7 @@ class Client:
             params.append(("after", after))
         response = self._request("GET", "/jobs", params=params)
         following = response.headers.get("X-Next-After")
-        return (TypeAdapter(list[JobInfo]).validate_python(response.json()),
-                int(response.headers.get("X-Total-Count", "0")), int(following) if following else None)
+        return response.json(), int(response.headers.get("X-Total-Count", "0")), int(following) if following else None
 
     def jobs(self, *, statuses: Sequence[JobStatus] = (), include_finished: bool = False, queue: str | None = None,
              owner: str | None = None, search: str | None = None) -> list[JobInfo]:

@@ -20,6 +20,7 @@ from mlyard.api.health import Health
 from mlyard.backends.base import Backend
 from mlyard.errors import MlyardError, TooManyRequests
 from mlyard.server import auth, job_secrets
+from mlyard.server.auth_cache import Principals
 from mlyard.server.http import body_limit, failures, telemetry
 from mlyard.server.http.allowed_hosts import AllowedHosts, default_hosts, parse_hosts
 from mlyard.server.http.security_headers import SecurityHeaders
@@ -165,6 +166,7 @@ def create_app(settings: ServerSettings, *, backend: Backend | None = None) -> F
     app.add_middleware(web.CrossSiteRefusal)  # inside the audit log, which records its refusals
     app.add_middleware(AuditRecorder)
     app.state.login_throttle = LoginThrottle()
+    app.state.principals = Principals()
 
     @app.get(f"{API_PREFIX}/health", response_model=Health, tags=["health"])
     def health(request: Request) -> Health:

@@ -16,6 +16,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 
 from argon2 import PasswordHasher
 from argon2.exceptions import InvalidHashError, VerificationError
@@ -23,6 +24,8 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from mlyard.errors import Forbidden, NotFound, Unauthorized
+from mlyard.server import auth_cache
+from mlyard.server.auth_cache import Principals
 from mlyard.server.store.db import Database, insert_if_absent
 from mlyard.server.store.rows import ApiTokenRow, JobRow, ProjectMemberRow, UserRow
 
@@ -162,21 +165,57 @@ def _in_force(row: ApiTokenRow | None, now: float) -> bool:
     return row is not None and row.revoked_at is None and (row.expires_at is None or row.expires_at > now)
 
 
-def authenticate(database: Database, authorization: str | None, *, web_session: bool = False,
-                 address: str | None = None) -> Principal:
-    """The caller of a bearer token. A browser session's token (kind `session`) is taken only
-    with `web_session` (the web UI's cookie), which takes nothing else, so a cookie never
-    authenticates an API call and an API token never lives in a cookie. A session started with
-    a token ends when that token is revoked or expires. A session bound to a client address
-    (`bound_address`) is taken only from that `address`, so a cookie caught elsewhere opens nothing."""
+def _bearer_token(authorization: str | None) -> str:
     if not authorization:
         raise Unauthorized("missing bearer token: send 'Authorization: Bearer <token>'")
     scheme, _, token = authorization.partition(" ")
     if scheme.lower() != "bearer" or not token.strip():
         raise Unauthorized("malformed Authorization header: expected 'Bearer <token>'")
+    return token.strip()
+
+
+def _cache_key(token: str, web_session: bool, address: str | None) -> tuple:
+    # A bound session's answer holds for its address only.
+    return hash_token(token), web_session, address if web_session else None
+
+
+def remembered(principals: Principals, authorization: str | None, *, web_session: bool = False,
+               address: str | None = None) -> Principal | None:
+    """The caller `authenticate` answered for this header a moment ago, without reading the
+    database; None when it must be read (or the header is malformed, which `authenticate` says)."""
+    try:
+        token = _bearer_token(authorization)
+    except Unauthorized:
+        return None
+    return principals.get(_cache_key(token, web_session, address))
+
+
+def authenticate(database: Database, authorization: str | None, *, web_session: bool = False,
+                 address: str | None = None, principals: Principals | None = None) -> Principal:
+    """The caller of a bearer token. A browser session's token (kind `session`) is taken only
+    with `web_session` (the web UI's cookie), which takes nothing else, so a cookie never
+    authenticates an API call and an API token never lives in a cookie. A session started with
+    a token ends when that token is revoked or expires. A session bound to a client address
+    (`bound_address`) is taken only from that `address`, so a cookie caught elsewhere opens nothing.
+    `principals` remembers the answer for a moment (`auth_cache.py`)."""
+    token = _bearer_token(authorization)
+    key = _cache_key(token, web_session, address)
+    if principals is not None and (known := principals.get(key)) is not None:
+        return known
+    read_at = auth_cache.generation()
+    principal, expires_at = _look_up(database, key[0], web_session=web_session, address=address)
+    if principals is not None:
+        principals.put(key, principal, read_at_generation=read_at, expires_at=expires_at)
+    return principal
+
+
+def _look_up(database: Database, token_hash: str, *, web_session: bool,
+             address: str | None) -> tuple[Principal, float | None]:
+    """The caller, and when the answer stops holding by the clock (the earliest expiry of the
+    token and of the token its session was started with)."""
     now = time.time()
     with database.reading() as session:  # every request comes here: it must not wait for a writer
-        row = session.scalar(select(ApiTokenRow).where(ApiTokenRow.token_hash == hash_token(token.strip())))
+        row = session.scalar(select(ApiTokenRow).where(ApiTokenRow.token_hash == token_hash))
         if row is None or row.revoked_at is not None:
             raise Unauthorized("invalid or revoked token")
         if row.expires_at is not None and row.expires_at <= now:
@@ -186,16 +225,23 @@ def authenticate(database: Database, authorization: str | None, *, web_session: 
                                if not web_session else "not a web UI session; log in again")
         if web_session and row.bound_address is not None and address != row.bound_address:
             raise Unauthorized("this session was started from another address; log in again")
-        if row.parent_token_id is not None and not _in_force(session.get(ApiTokenRow, row.parent_token_id), now):
-            raise Unauthorized("the token this session was started with has been revoked or has expired")
+        expiries = [row.expires_at]
+        if row.parent_token_id is not None:
+            parent = session.get(ApiTokenRow, row.parent_token_id)
+            if not _in_force(parent, now):
+                raise Unauthorized("the token this session was started with has been revoked or has expired")
+            expiries.append(parent.expires_at)
+        expires_at = min((at for at in expiries if at is not None), default=None)
         if row.job_id is not None:
-            return Principal(name=f"job-{row.job_id}", user_id=row.user_id, job_id=row.job_id, token_id=row.id)
+            return Principal(name=f"job-{row.job_id}", user_id=row.user_id, job_id=row.job_id,
+                             token_id=row.id), expires_at
         user = session.get(UserRow, row.user_id) if row.user_id is not None else None
         if user is None:
             raise Unauthorized("the token's user no longer exists")
         roles = {project: Role.named(role) for project, role in session.execute(
             select(ProjectMemberRow.project, ProjectMemberRow.role).where(ProjectMemberRow.user_id == user.id))}
-        return Principal(name=user.name, user_id=user.id, is_admin=user.is_admin, token_id=row.id, roles=roles)
+        return Principal(name=user.name, user_id=user.id, is_admin=user.is_admin, token_id=row.id,
+                         roles=MappingProxyType(roles)), expires_at
 
 
 def require_role(principal: Principal, project: str, role: Role, doing: str) -> None:

@@ -85,7 +85,7 @@ def page_principal(request: Request) -> auth.Principal:
         raise login_required(request)
     try:
         principal = auth.authenticate(request.app.state.database, f"Bearer {token}", web_session=True,
-                                      address=client_address(request))
+                                      address=client_address(request), principals=request.app.state.principals)
     except Unauthorized as error:
         raise login_required(request) from error
     request.state.principal = principal  # the audit log's actor (server/audit.py)

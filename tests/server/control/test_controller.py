@@ -49,7 +49,7 @@ ADMIN = auth.Principal(name="admin", user_id=None, is_admin=True)
 
 @pytest.fixture
 def world(tmp_path: Path, database_url: str):
-    settings = ServerSettings(paths=Paths(tmp_path), database_url=database_url, stop_grace_seconds=60)
+    settings = ServerSettings(paths=Paths(tmp_path), database_url=database_url, stop_grace_seconds=60, pass_gap_seconds=0)
     database = Database.open(settings.effective_database_url)
     backend = FakeBackend()
     record_nodes(database, backend.name, backend.nodes())
@@ -213,7 +213,7 @@ def test_sigterm_goes_out_once_per_stop(world) -> None:
 
 def test_a_stop_escalates_to_sigkill_after_the_grace_period(world) -> None:
     database, backend, controller = world
-    controller.settings = ServerSettings(paths=controller.settings.paths, stop_grace_seconds=0)
+    controller.settings = ServerSettings(paths=controller.settings.paths, stop_grace_seconds=0, pass_gap_seconds=0)
     job_id = submit(database, replicas=1)
     controller.reconcile_once()
     jobs.cancel(database, ADMIN, job_id, wake=lambda: None)

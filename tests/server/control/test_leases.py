@@ -72,7 +72,7 @@ class Contender:
 
     def __init__(self, url: str, home: Path, *, unready: int = 0):
         # An idle controller waits out a long tick: a pass soon after a wake is the wake's.
-        self.settings = ServerSettings(paths=Paths(home), database_url=url, idle_tick_seconds=600)
+        self.settings = ServerSettings(paths=Paths(home), database_url=url, idle_tick_seconds=600, pass_gap_seconds=0)
         self.database = Database.open(url)
         self.blobs = BlobStore(home / "blobs")
         self.unready = unready

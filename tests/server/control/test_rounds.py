@@ -31,7 +31,7 @@ ADMIN = auth.Principal(name="admin", user_id=None, is_admin=True)
 
 def make_world(tmp_path: Path, database_url: str, cpus: int = 2) -> tuple[Database, FakeBackend, Controller]:
     # No periodic recheck within a test: every round here comes from a change.
-    settings = ServerSettings(paths=Paths(tmp_path), database_url=database_url, idle_tick_seconds=3600)
+    settings = ServerSettings(paths=Paths(tmp_path), database_url=database_url, idle_tick_seconds=3600, pass_gap_seconds=0)
     database = Database.open(settings.effective_database_url)
     backend = FakeBackend(cpus=cpus)
     record_nodes(database, backend.name, backend.nodes())

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from fastapi import FastAPI, Request
+from fastapi import FastAPI, HTTPException, Request, Response
 from sqlalchemy import select, text
 
 from mlyard.paths import Paths
@@ -18,7 +18,7 @@ from mlyard.errors import MlyardError
 from mlyard.server.http.audit import AuditRecorder
 from mlyard.server.auth import Principal
 from mlyard.server.store.db import Database
-from mlyard.server.store.rows import AuditEventRow
+from mlyard.server.store.rows import AuditEventRow, ProjectRow
 from mlyard.server.services import audit
 from mlyard.server.settings import DEFAULT_AUDIT_RETENTION, ServerSettings
 
@@ -75,6 +75,17 @@ def small_app(database: Database, tmp_path: Path, *, retention: float, prune_eve
     def read(thing: str) -> dict[str, str]:
         return {"read": thing}
 
+    @app.post("/projects/{name}", status_code=201)
+    def add_project(name: str, request: Request, then: str = "answer") -> Response:
+        request.state.principal = Principal(name="alice", user_id=1)
+        with database.transaction() as session:
+            session.add(ProjectRow(name=name, created_at=time.time()))
+            if then == "refuse":
+                raise HTTPException(409, "refused before the commit")
+        if then == "fail":
+            raise RuntimeError("failed after the commit")
+        return Response(status_code=202) if then == "accept" else Response(status_code=201)
+
     return app
 
 
@@ -127,11 +138,39 @@ def test_paths_too_long_or_with_nul_are_recorded_cut_and_cleaned(database: Datab
     assert targets(database) == ["/things/a\ufffdb", "/" + "x" * 254]
 
 
+def rows(database: Database) -> list[tuple[str, int]]:
+    with database.reading() as session:
+        return [(row.target, row.status) for row in session.scalars(select(AuditEventRow).order_by(AuditEventRow.id))]
+
+
+def projects(database: Database) -> set[str]:
+    with database.reading() as session:
+        return set(session.scalars(select(ProjectRow.name)))
+
+
+def test_a_change_and_its_row_commit_together_and_the_row_says_how_it_ended(database: Database, tmp_path: Path) -> None:
+    caller = Caller(small_app(database, tmp_path, retention=30 * DAY))
+    assert caller.post("/projects/kept").status_code == 201
+    with database.reading() as session:
+        row = session.scalar(select(AuditEventRow).where(AuditEventRow.target == "/projects/kept"))
+        assert (row.actor, row.route, row.status) == ("alice", "/projects/{name}", 201)
+    assert caller.post("/projects/refused?then=refuse").status_code == 409
+    assert caller.post("/projects/accepted?then=accept").status_code == 202
+    with pytest.raises(RuntimeError):
+        caller.post("/projects/failed?then=fail")
+    assert rows(database) == [("/projects/kept", 201), ("/projects/refused", 409), ("/projects/accepted", 202),
+                              ("/projects/failed", 500)], "one row each, with the status that went out"
+    assert projects(database) == {"default", "kept", "accepted", "failed"}
+
+
 def test_a_database_that_cannot_record_still_lets_the_answer_out(database: Database, tmp_path: Path) -> None:
     with database.transaction() as session:
         session.execute(text("DROP TABLE audit_events"))
-    answer = Caller(small_app(database, tmp_path, retention=30 * DAY)).post("/things/a")
+    caller = Caller(small_app(database, tmp_path, retention=30 * DAY))
+    answer = caller.post("/things/a")
     assert answer.status_code == 200 and answer.json() == {"changed": "a"}
+    assert caller.post("/projects/changed").status_code == 201
+    assert "changed" in projects(database), "the change commits without its row"
 
 
 def test_the_retention_is_read_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:

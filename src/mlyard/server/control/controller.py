@@ -56,6 +56,7 @@ from mlyard.storage import BlobStore
 
 log = logging.getLogger("mlyard.controller")
 
+
 @dataclass(frozen=True)
 class _Stop:
     replicas: list[ReplicaRef]
@@ -119,9 +120,11 @@ class Controller:
     # ----------------------------------------------------------------- one pass
     def reconcile_once(self) -> float:
         """One pass; returns how long to sleep before the next unless woken. A pass keeps a gap
-        after the last as long as the last took: woken by every submission of a stream, the
-        controller takes half a core at most and each pass serves the submissions of the gap."""
-        time.sleep(max(0.0, self._last_pass[0] + self._last_pass[1] - time.monotonic()))
+        after the last as long as the last took, and `pass_gap_seconds` at least: woken by every
+        submission of a stream, the controller takes a small share of a core, and each pass
+        serves the submissions of its gap."""
+        gap = max(self.settings.pass_gap_seconds, self._last_pass[1])
+        time.sleep(max(0.0, self._last_pass[0] + gap - time.monotonic()))
         began = time.monotonic()
         try:
             return self._pass()

@@ -6,8 +6,10 @@ recorded as the API is, and so are requests no route matched. The caller is whoe
 authenticating dependencies (`routers/dependencies.principal`, `web/session.page_principal`)
 put in the request's state; a request without valid credentials is `anonymous`.
 
-The row is written once the answer is produced and before it is sent, in a transaction of
-its own: a client that has its answer finds its request in the log. A failure to write is
+The row commits with the request's change, in the first transaction the request commits (see
+`_Rider`); a request that commits nothing gets a transaction of its own once its answer is
+produced and before it is sent. Either way a client that has its answer finds its request in
+the log. A failure to write is
 logged and the answer goes out unchanged, since the request happened all the same.
 """
 
@@ -17,10 +19,11 @@ import logging
 import time
 from urllib.parse import parse_qsl, urlencode
 
+from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from mlyard.server.store.db import Database
+from mlyard.server.store.db import Database, riders
 from mlyard.server.services import audit
 from mlyard.server.services.audit import ANONYMOUS, Event
 from mlyard.server.http.telemetry import UNMATCHED_ROUTE, route_template
@@ -62,6 +65,33 @@ def event_of(scope: Scope, status: int, at: float) -> Event:
                  details=_details(scope))
 
 
+class _Rider:
+    """A request's audit row, added to the first transaction that commits during the request
+    (`store.db.riders`) with the status its route answers when all goes well. The change and
+    its row commit together, at the cost of one transaction, not two."""
+
+    def __init__(self, scope: Scope):
+        self.scope = scope
+        self.closed = False
+        self.event_id: int | None = None
+        self.status: int | None = None
+
+    def __call__(self, session: Session) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        status = getattr(self.scope.get("route"), "status_code", None) or 200
+        event = event_of(self.scope, status, time.time())
+        if event.route in UNAUDITED_ROUTES:
+            return
+        try:
+            with session.begin_nested():  # a row that cannot go in must not take the change with it
+                self.event_id, self.status = audit.add(session, event), status
+        except Exception as error:  # noqa: BLE001 - the answer's own transaction tries again
+            log.warning("could not record %s %s with its change: %s", event.method, event.target, error)
+            self.closed = False
+
+
 class AuditRecorder:
     """ASGI middleware: one audit row per POST, PUT, PATCH or DELETE (see the module's text).
     Also deletes rows older than the retention, at most once every `PRUNE_EVERY` seconds per
@@ -77,20 +107,24 @@ class AuditRecorder:
             await self.app(scope, receive, send)
             return
         recorded = False
+        rider = _Rider(scope)
 
         async def send_recording(message: Message) -> None:
             nonlocal recorded
             if message["type"] == "http.response.start" and not recorded:
                 recorded = True
-                await self._record(scope, message["status"])
+                await self._record(scope, message["status"], rider)
             await send(message)
 
+        riding = riders.set(rider)
         try:
             await self.app(scope, receive, send_recording)
         except Exception:
             if not recorded:  # the outermost middleware answers 500
-                await self._record(scope, 500)
+                await self._record(scope, 500, rider)
             raise
+        finally:
+            riders.reset(riding)
         await self._prune_if_due(scope)
 
     @staticmethod
@@ -98,11 +132,18 @@ class AuditRecorder:
         app = scope.get("app")
         return getattr(app.state, "database", None) if app is not None else None
 
-    async def _record(self, scope: Scope, status: int) -> None:
+    async def _record(self, scope: Scope, status: int, rider: _Rider) -> None:
+        """Writes the row unless it went in with the change; corrects its status when the
+        answer is not the one the route gives on success."""
+        rider.closed = True  # the transaction below is the audit log's own
         database = self._database(scope)
         if database is None:
             return
         try:
+            if rider.event_id is not None:
+                if status != rider.status:
+                    await run_in_threadpool(audit.correct_status, database, rider.event_id, status)
+                return
             event = event_of(scope, status, time.time())
             if event.route not in UNAUDITED_ROUTES:
                 await run_in_threadpool(audit.record, database, event)

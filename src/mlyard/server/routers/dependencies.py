@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import Depends, Request
+from fastapi.concurrency import run_in_threadpool
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from mlyard.server import auth
@@ -15,30 +16,35 @@ API_PREFIX = "/api/v1"
 """Where `app.py` mounts the routers; a route's template may or may not carry it."""
 
 
-def database(request: Request) -> Database:
+# The dependencies that only look something up are `async`: FastAPI runs a plain `def` one on a
+# worker thread, and that hop costs a request more than the lookup.
+async def database(request: Request) -> Database:
     return request.app.state.database
 
 
-def principal(
+async def principal(
     request: Request, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]
 ) -> auth.Principal:
     header = f"{credentials.scheme} {credentials.credentials}" if credentials else request.headers.get("authorization")
-    principal = auth.authenticate(request.app.state.database, header)
+    state = request.app.state
+    # A caller seen a moment ago is known without the database, and without a worker thread.
+    principal = auth.remembered(state.principals, header) or await run_in_threadpool(
+        auth.authenticate, state.database, header, principals=state.principals)
     request.state.principal = principal  # the audit log's actor (server/audit.py)
     route = getattr(request.scope.get("route"), "path", "").removeprefix(API_PREFIX)
     auth.admit_route(principal, request.method, route, request.path_params.get("job_id"))
     return principal
 
 
-def wake_controller(request: Request):
+async def wake_controller(request: Request):
     return request.app.state.controller.wake
 
 
-def image_check(request: Request):
+async def image_check(request: Request):
     return request.app.state.backend.check_image
 
 
-def secret_box(request: Request):
+async def secret_box(request: Request):
     """What seals a submission's `env_secrets` (`job_secrets.box_at`, opened at the start)."""
     return request.app.state.secrets
 

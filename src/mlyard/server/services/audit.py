@@ -7,7 +7,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from sqlalchemy import delete, or_, select
+from sqlalchemy import delete, or_, select, update
+from sqlalchemy.orm import Session
 
 from mlyard.api.audit import DEFAULT_PAGE, AuditEvent, AuditPage
 from mlyard.errors import InvalidRequest
@@ -38,13 +39,28 @@ def _clip(text: str | None, length: int) -> str | None:
 
 
 def record(database: Database, event: Event) -> None:
-    """Adds one row in a transaction of its own. Values are cut to the columns' sizes and lose
-    any NUL (which PostgreSQL cannot hold): a request for such a path happened all the same."""
+    """Adds one row in a transaction of its own."""
+    with database.transaction() as session:
+        add(session, event)
+
+
+def add(session: Session, event: Event) -> int:
+    """Adds one row to the session's transaction; its id. Values are cut to the columns' sizes
+    and lose any NUL (which PostgreSQL cannot hold): a request for such a path happened all the same."""
     values = asdict(event)
     values.update(actor=_clip(event.actor, 160), method=_clip(event.method, 10), route=_clip(event.route, 255),
                   target=_clip(event.target, 255), address=_clip(event.address, 64))
+    row = AuditEventRow(**values)
+    session.add(row)
+    session.flush()
+    return row.id
+
+
+def correct_status(database: Database, event_id: int, status: int) -> None:
+    """The status of a row written with the change it records, when the answer turned out
+    otherwise (an error after the commit)."""
     with database.transaction() as session:
-        session.add(AuditEventRow(**values))
+        session.execute(update(AuditEventRow).where(AuditEventRow.id == event_id).values(status=status))
 
 
 def prune(database: Database, before: float) -> int:

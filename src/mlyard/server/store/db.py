@@ -12,8 +12,9 @@ from __future__ import annotations
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
@@ -141,6 +142,12 @@ def migrate(engine: Engine) -> None:
         command.upgrade(config, "head")
 
 
+riders: ContextVar[Callable[[Session], None] | None] = ContextVar("mlyard_riders", default=None)
+"""Rows that go with whatever the running request commits: the audit log's row of a request
+that changes something (`server/http/audit.py`) commits in the transaction of the change, not
+in one of its own after it. Set per request; worker threads of the request see it too."""
+
+
 class Database:
     def __init__(self, url: str):
         self.url = normalize_url(url)
@@ -169,9 +176,13 @@ class Database:
     @contextmanager
     def transaction(self) -> Iterator[Session]:
         """A session whose work is committed on success and rolled back on any error.
-        No process or network call may happen inside it."""
+        No process or network call may happen inside it. What `riders` holds adds its rows
+        just before the commit."""
         with self._writer, self._sessions() as session, session.begin():
             yield session
+            rider = riders.get()
+            if rider is not None:
+                rider(session)
 
     @contextmanager
     def reading(self) -> Iterator[Session]:
