@@ -5,13 +5,15 @@ a row never costs a request its answer."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from pathlib import Path
 
 import httpx
 import pytest
 from fastapi import FastAPI, HTTPException, Request, Response
-from sqlalchemy import select, text
+from sqlalchemy import event, select, text
+from sqlalchemy.orm import Session
 
 from mlyard.paths import Paths
 from mlyard.errors import MlyardError
@@ -60,6 +62,11 @@ class Caller:
         return self.request("POST", path)
 
 
+def fail_the_commit(session: Session) -> None:
+    if not session.in_nested_transaction():  # a savepoint's release comes here too
+        raise RuntimeError("the commit failed")
+
+
 def small_app(database: Database, tmp_path: Path, *, retention: float, prune_every: float = 3600.0) -> FastAPI:
     app = FastAPI()
     app.add_middleware(AuditRecorder, prune_every=prune_every)
@@ -78,6 +85,10 @@ def small_app(database: Database, tmp_path: Path, *, retention: float, prune_eve
     @app.post("/projects/{name}", status_code=201)
     def add_project(name: str, request: Request, then: str = "answer") -> Response:
         request.state.principal = Principal(name="alice", user_id=1)
+        if then == "retry":  # a commit that fails, and a second try that commits (as a conflict retried)
+            with contextlib.suppress(RuntimeError), database.transaction() as session:
+                session.add(ProjectRow(name=name, created_at=time.time()))
+                event.listen(session, "before_commit", fail_the_commit)
         with database.transaction() as session:
             session.add(ProjectRow(name=name, created_at=time.time()))
             if then == "refuse":
@@ -156,11 +167,12 @@ def test_a_change_and_its_row_commit_together_and_the_row_says_how_it_ended(data
         assert (row.actor, row.route, row.status) == ("alice", "/projects/{name}", 201)
     assert caller.post("/projects/refused?then=refuse").status_code == 409
     assert caller.post("/projects/accepted?then=accept").status_code == 202
+    assert caller.post("/projects/retried?then=retry").status_code == 201
     with pytest.raises(RuntimeError):
         caller.post("/projects/failed?then=fail")
     assert rows(database) == [("/projects/kept", 201), ("/projects/refused", 409), ("/projects/accepted", 202),
-                              ("/projects/failed", 500)], "one row each, with the status that went out"
-    assert projects(database) == {"default", "kept", "accepted", "failed"}
+                              ("/projects/retried", 201), ("/projects/failed", 500)], "one row each, with the status that went out"
+    assert projects(database) == {"default", "kept", "accepted", "retried", "failed"}
 
 
 def test_a_database_that_cannot_record_still_lets_the_answer_out(database: Database, tmp_path: Path) -> None:

@@ -73,23 +73,28 @@ class _Rider:
     def __init__(self, scope: Scope):
         self.scope = scope
         self.closed = False
+        self.session: Session | None = None
         self.event_id: int | None = None
         self.status: int | None = None
 
-    def __call__(self, session: Session) -> None:
-        if self.closed:
+    def add(self, session: Session) -> None:
+        if self.closed or self.session is not None:
             return
-        self.closed = True
         status = getattr(self.scope.get("route"), "status_code", None) or 200
         event = event_of(self.scope, status, time.time())
         if event.route in UNAUDITED_ROUTES:
+            self.closed = True
             return
+        session.flush()  # the change goes in first: a savepoint that rolls back takes what it flushed
         try:
             with session.begin_nested():  # a row that cannot go in must not take the change with it
-                self.event_id, self.status = audit.add(session, event), status
+                self.event_id, self.status, self.session = audit.add(session, event), status, session
         except Exception as error:  # noqa: BLE001 - the answer's own transaction tries again
             log.warning("could not record %s %s with its change: %s", event.method, event.target, error)
-            self.closed = False
+
+    def discard(self, session: Session) -> None:
+        if self.session is session:
+            self.session = self.event_id = self.status = None
 
 
 class AuditRecorder:

@@ -12,11 +12,11 @@ from __future__ import annotations
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from contextvars import ContextVar
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from sqlalchemy import Engine, create_engine, event, inspect, make_url, text
 from sqlalchemy.dialects import postgresql, sqlite
@@ -142,10 +142,20 @@ def migrate(engine: Engine) -> None:
         command.upgrade(config, "head")
 
 
-riders: ContextVar[Callable[[Session], None] | None] = ContextVar("mlyard_riders", default=None)
-"""Rows that go with whatever the running request commits: the audit log's row of a request
-that changes something (`server/http/audit.py`) commits in the transaction of the change, not
-in one of its own after it. Set per request; worker threads of the request see it too."""
+class Rider(Protocol):
+    """Rows that go with whatever the running request commits: the audit log's row of a request
+    that changes something (`server/http/audit.py`) commits in the transaction of the change, not
+    in one of its own after it."""
+
+    def add(self, session: Session) -> None:
+        """Called in each write transaction of the request, just before it commits."""
+
+    def discard(self, session: Session) -> None:
+        """That transaction rolled back instead (a failed commit too)."""
+
+
+riders: ContextVar[Rider | None] = ContextVar("mlyard_riders", default=None)
+"""The running request's `Rider`; worker threads of the request see it too."""
 
 
 class Database:
@@ -178,11 +188,17 @@ class Database:
         """A session whose work is committed on success and rolled back on any error.
         No process or network call may happen inside it. What `riders` holds adds its rows
         just before the commit."""
-        with self._writer, self._sessions() as session, session.begin():
-            yield session
-            rider = riders.get()
-            if rider is not None:
-                rider(session)
+        rider = riders.get()
+        with self._writer, self._sessions() as session:
+            try:
+                with session.begin():
+                    yield session
+                    if rider is not None:
+                        rider.add(session)
+            except BaseException:
+                if rider is not None:
+                    rider.discard(session)  # what it added did not commit
+                raise
 
     @contextmanager
     def reading(self) -> Iterator[Session]:
