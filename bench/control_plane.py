@@ -77,8 +77,9 @@ class Server:
                                                   "roles": [{"replicas": 1, "resources": {"cpu": 2}}]})
         if blocker.is_error:
             raise RuntimeError(f"the job holding the node was refused: {blocker.text}")
+        self.blocker = blocker.json()["id"]
         deadline = time.monotonic() + 60
-        while self.http().get(f"/jobs/{blocker.json()['id']}").json()["status"] != "RUNNING":
+        while self.http().get(f"/jobs/{self.blocker}").json()["status"] != "RUNNING":
             if time.monotonic() > deadline:
                 raise RuntimeError("the job holding the node never ran")
             time.sleep(0.2)
@@ -157,6 +158,15 @@ class Server:
         return statistics.median(times)
 
     def close(self) -> None:
+        # A stopped server leaves its jobs running for the next one to adopt: the job holding
+        # the node goes first.
+        blocker = getattr(self, "blocker", None)
+        if blocker is not None:
+            with self.http() as client:
+                client.post(f"/jobs/{blocker}/cancel")
+                deadline = time.monotonic() + 30
+                while client.get(f"/jobs/{blocker}").json()["status"] != "CANCELLED" and time.monotonic() < deadline:
+                    time.sleep(0.2)
         self.bench.close()
 
 
