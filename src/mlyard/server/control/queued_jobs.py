@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import sys
+from bisect import insort
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 
@@ -68,14 +69,20 @@ class QueuedJob:
         return self.pending.job_id
 
 
+def _submission_order(job: QueuedJob) -> tuple[float, int]:
+    return job.pending.submitted_at, job.job_id
+
+
 class QueuedJobs:
     def __init__(self) -> None:
         self._jobs: dict[int, QueuedJob] = {}
         self._seen: int | None = None
         """The highest revision read; None: nothing loaded yet."""
         self._order: list[QueuedJob] | None = None
-        self._restart_times: list[float] | None = None
-        self._added = False
+        """Every job, oldest submission first; None: to be sorted again."""
+        self._restarting_jobs: dict[int, QueuedJob] = {}
+        """The RESTARTING ones among them: few, so backoffs are looked at without a walk over all."""
+        self._added: list[QueuedJob] = []
         self._shared: dict[object, object] = {}
         self._demands: dict[str, _Demand] = {}
         self.version = 0
@@ -91,9 +98,10 @@ class QueuedJobs:
     def clear(self) -> None:
         """Forgets everything: the next `refresh` loads every waiting job again."""
         self._jobs.clear()
+        self._restarting_jobs.clear()
         self._demands.clear()
         self._seen = None
-        self._order = self._restart_times = None
+        self._order = None
         self.version += 1
 
     def refresh(self, session: Session) -> None:
@@ -111,8 +119,10 @@ class QueuedJobs:
             self._seen = max(self._seen, row.revision)
             if row.status not in WAITING:
                 changed |= self._jobs.pop(row.id, None) is not None
+                self._restarting_jobs.pop(row.id, None)
             elif row.id in self._jobs:
                 self._update(self._jobs[row.id], row)
+                self._track(self._jobs[row.id])
                 changed = True
             else:
                 new.append(row)
@@ -120,10 +130,14 @@ class QueuedJobs:
                     self._add(session, new)
                     new = []
         self._add(session, new)
+        if changed:
+            self._order = None
+        elif self._order is not None:  # only new jobs: each goes to its place, mostly the end
+            for job in self._added:
+                insort(self._order, job, key=_submission_order)
         if changed or self._added:
-            self._order = self._restart_times = None
             self.version += 1
-            self._added = False
+            self._added = []
 
     def _add(self, session: Session, rows: list) -> None:
         if not rows:
@@ -132,19 +146,23 @@ class QueuedJobs:
         specs = dict(session.execute(select(JobRow.id, JobRow.spec).where(JobRow.id.in_(ids))).all())
         for row in rows:
             if row.id in specs:
-                self._jobs[row.id] = self._entry(row, self._demand(specs[row.id]))
-                self._added = True
+                job = self._jobs[row.id] = self._entry(row, self._demand(specs[row.id]))
+                self._track(job)
+                self._added.append(job)
 
     def forget(self, job_id: int) -> None:
         """A job found gone (deleted) when it was to start."""
         if self._jobs.pop(job_id, None) is not None:
-            self._order = self._restart_times = None
+            self._restarting_jobs.pop(job_id, None)
+            self._order = None
             self.version += 1
 
     def schedulable(self, now: float) -> list[QueuedJob]:
         """Queued jobs and restarting ones whose backoff is over, oldest submission first."""
         if self._order is None:
-            self._order = sorted(self._jobs.values(), key=lambda job: (job.pending.submitted_at, job.job_id))
+            self._order = sorted(self._jobs.values(), key=_submission_order)
+        if not self._restarting_jobs:  # all of them QUEUED
+            return list(self._order)
         return [job for job in self._order
                 if job.status == JobStatus.QUEUED.value or (job.restart_at is not None and job.restart_at <= now)]
 
@@ -157,10 +175,13 @@ class QueuedJobs:
         return sum(at <= now for at in self._restarting())
 
     def _restarting(self) -> list[float]:
-        if self._restart_times is None:
-            self._restart_times = [job.restart_at for job in self._jobs.values()
-                                   if job.status == JobStatus.RESTARTING.value and job.restart_at is not None]
-        return self._restart_times
+        return [job.restart_at for job in self._restarting_jobs.values() if job.restart_at is not None]
+
+    def _track(self, job: QueuedJob) -> None:
+        if job.status == JobStatus.RESTARTING.value:
+            self._restarting_jobs[job.job_id] = job
+        else:
+            self._restarting_jobs.pop(job.job_id, None)
 
     def changed_reasons(self, reasons: Mapping[int, str]) -> list[tuple[int, str]]:
         """The (job, reason) pairs that differ from what is stored."""
