@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
 import numpy
 import pytest
 import torch
 
-from mlyard.sdk import metrics, report
+from mlyard.sdk import flush, metrics, report
 
 
 @pytest.fixture
@@ -49,8 +53,57 @@ def test_absurd_input_is_a_clear_line_on_stderr_not_an_exception(step, values, m
 
 @pytest.mark.usefixtures("in_a_job")
 def test_an_unreachable_server_loses_the_point_not_the_job(capsys: pytest.CaptureFixture[str]) -> None:
-    assert report(step=4, loss=torch.tensor(0.5), accuracy=numpy.float64(0.9)) is False
+    assert report(step=4, loss=torch.tensor(0.5), accuracy=numpy.float64(0.9)) is True, "on its way"
+    assert flush() is False
     assert "step 4 was not stored: cannot reach the mlyard server" in capsys.readouterr().err
+    assert flush() is True, "nothing failed since"
+
+
+class SlowServer(ThreadingHTTPServer):
+    """Takes metric reports, each only once the test lets it answer."""
+
+    def __init__(self) -> None:
+        self.received: list[dict] = []
+        self.answer = threading.Event()
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                server.answer.wait(30)
+                server.received.append({"path": self.path, **body})
+                answer = json.dumps({"stored": len(body["metrics"])}).encode()
+                self.send_response(201)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(answer)))
+                self.end_headers()
+                self.wfile.write(answer)
+
+            def log_message(self, *_args) -> None:
+                pass
+
+        super().__init__(("127.0.0.1", 0), Handler)
+
+
+def test_a_step_never_waits_for_the_server_and_the_points_arrive_in_order(monkeypatch: pytest.MonkeyPatch) -> None:
+    server = SlowServer()
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        monkeypatch.setenv("MLYARD_API", f"http://127.0.0.1:{server.server_address[1]}")
+        monkeypatch.setenv("MLYARD_JOB_ID", "7")
+        monkeypatch.setenv("MLYARD_TOKEN", "mly_job")
+        monkeypatch.setenv("RANK", "0")
+        monkeypatch.setattr(metrics, "_client", None)
+        # The server answers nothing until told to: every report returns all the same.
+        assert all(report(step=step, loss=1.0 / step) for step in range(1, 6))
+        assert server.received == []
+        server.answer.set()
+        assert flush() is True
+        assert [(point["path"], point["step"], point["metrics"]) for point in server.received] == [
+            ("/api/v1/jobs/7/metrics", step, {"loss": 1.0 / step}) for step in range(1, 6)]
+    finally:
+        server.answer.set()
+        server.shutdown()
 
 
 def test_numbers_of_every_kind_are_read() -> None:

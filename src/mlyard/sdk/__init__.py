@@ -5,6 +5,6 @@ code, and heavy libraries (torch) only when a call needs them.
 """
 
 from mlyard.sdk import checkpoint
-from mlyard.sdk.metrics import report
+from mlyard.sdk.metrics import flush, report
 
-__all__ = ["checkpoint", "report"]
+__all__ = ["checkpoint", "flush", "report"]
