@@ -89,3 +89,23 @@ def test_an_expiry_holds_on_time_and_failures_are_not_kept(database: Database) -
         auth.authenticate(database, "Bearer mly_nobody", principals=principals)
     assert auth.remembered(principals, "Bearer mly_nobody") is None
     assert auth.remembered(principals, "Basic something") is None
+
+
+def test_a_savepoint_neither_forgets_before_the_commit_nor_drops_the_note(database: Database) -> None:
+    """The audit log's row goes in a savepoint of the change's transaction: its release must not
+    forget the answers before the change commits (a request in between would keep the old one),
+    and a savepoint rolled back must not drop the note of the change."""
+    principals = Principals(lifetime=3600)
+    erin = new_user(database, "erin")
+    auth.authenticate(database, erin, principals=principals)
+    with database.transaction() as session:
+        row = session.scalar(select(ApiTokenRow).where(ApiTokenRow.token_hash == auth.hash_token(erin[7:])))
+        row.revoked_at = time.time()
+        session.flush()
+        with session.begin_nested():
+            session.execute(text("SELECT 1"))
+        assert auth.remembered(principals, erin) is not None, "nothing is committed yet"
+        with pytest.raises(RuntimeError), session.begin_nested():
+            raise RuntimeError("a row that could not go in")
+    with pytest.raises(Unauthorized, match="revoked"):
+        auth.authenticate(database, erin, principals=principals)

@@ -68,12 +68,12 @@ class _Sender:
         self.all_stored = True
         self.thread = threading.Thread(target=self._run, name="mlyard-report", daemon=True)
         self.thread.start()
-        atexit.register(self.flush, FLUSH_SECONDS)
 
     def put(self, point: tuple[int, int, dict[str, float], int]) -> bool:
         try:
             self.points.put_nowait(point)
         except queue.Full:
+            self.all_stored = False
             return _refuse(f"step {point[1]} was dropped: {MAX_WAITING:,} points are still waiting to be sent")
         return True
 
@@ -99,12 +99,14 @@ class _Sender:
 
 
 def _forget_sender() -> None:
-    # A forked child (a data loader's worker) has no copy of the thread: it starts its own.
-    global _sender, _sender_lock
-    _sender, _sender_lock = None, threading.Lock()
+    # A forked child (a data loader's worker) has no copy of the thread, and the parent's
+    # connections are not its own: it starts a sender and a client of its own if it reports.
+    global _sender, _sender_lock, _client
+    _sender, _sender_lock, _client = None, threading.Lock(), None
 
 
 os.register_at_fork(after_in_child=_forget_sender)
+atexit.register(flush)
 
 
 def _started_sender() -> _Sender:

@@ -19,7 +19,7 @@ from collections.abc import Hashable
 from typing import TYPE_CHECKING
 
 from sqlalchemy import event
-from sqlalchemy.orm import ORMExecuteState, Session
+from sqlalchemy.orm import ORMExecuteState, Session, SessionTransaction
 
 from mlyard.server.store.rows import ApiTokenRow, ProjectMemberRow, ProjectRow, UserRow
 
@@ -79,7 +79,7 @@ def listen() -> None:
     event.listen(Session, "after_flush", _note_flushed)
     event.listen(Session, "do_orm_execute", _note_statement)
     event.listen(Session, "after_commit", _forget_if_changed)
-    event.listen(Session, "after_soft_rollback", lambda session, _transaction: session.info.pop(_CHANGED, None))
+    event.listen(Session, "after_soft_rollback", _drop_note)
 
 
 def _note_flushed(session: Session, _context) -> None:
@@ -96,8 +96,17 @@ def _note_statement(state: ORMExecuteState) -> None:
             state.session.info[_CHANGED] = True
 
 
+def _drop_note(session: Session, transaction: SessionTransaction) -> None:
+    if transaction.parent is None:  # the transaction itself, not a savepoint of it
+        session.info.pop(_CHANGED, None)
+
+
 def _forget_if_changed(session: Session) -> None:
     global _generation
+    # A savepoint's release comes here too, before the change is committed: the answers are
+    # forgotten at the transaction's own commit, or a request in between would keep the old one.
+    if session.in_nested_transaction():
+        return
     if session.info.pop(_CHANGED, False):
         with _lock:
             _generation += 1

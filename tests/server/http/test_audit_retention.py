@@ -85,6 +85,10 @@ def small_app(database: Database, tmp_path: Path, *, retention: float, prune_eve
     @app.post("/projects/{name}", status_code=201)
     def add_project(name: str, request: Request, then: str = "answer") -> Response:
         request.state.principal = Principal(name="alice", user_id=1)
+        if then == "look":  # a write transaction that only reads (as a login looks its user up), then a refusal
+            with database.transaction() as session:
+                session.scalar(select(ProjectRow).where(ProjectRow.name == name))
+            raise HTTPException(401, "wrong password")
         if then == "retry":  # a commit that fails, and a second try that commits (as a conflict retried)
             with contextlib.suppress(RuntimeError), database.transaction() as session:
                 session.add(ProjectRow(name=name, created_at=time.time()))
@@ -173,6 +177,15 @@ def test_a_change_and_its_row_commit_together_and_the_row_says_how_it_ended(data
     assert rows(database) == [("/projects/kept", 201), ("/projects/refused", 409), ("/projects/accepted", 202),
                               ("/projects/retried", 201), ("/projects/failed", 500)], "one row each, with the status that went out"
     assert projects(database) == {"default", "kept", "accepted", "retried", "failed"}
+
+
+def test_a_transaction_that_changed_nothing_takes_no_row(database: Database, tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    def cannot_correct(*_args) -> None:
+        raise RuntimeError("corrections fail here")
+    monkeypatch.setattr(audit, "correct_status", cannot_correct)  # a row written as a success would stay one
+    assert Caller(small_app(database, tmp_path, retention=30 * DAY)).post("/projects/x?then=look").status_code == 401
+    assert rows(database) == [("/projects/x", 401)]
 
 
 def test_a_database_that_cannot_record_still_lets_the_answer_out(database: Database, tmp_path: Path) -> None:

@@ -23,7 +23,7 @@ from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from mlyard.server.store.db import Database, riders
+from mlyard.server.store.db import Database, riders, wrote
 from mlyard.server.services import audit
 from mlyard.server.services.audit import ANONYMOUS, Event
 from mlyard.server.http.telemetry import UNMATCHED_ROUTE, route_template
@@ -66,8 +66,8 @@ def event_of(scope: Scope, status: int, at: float) -> Event:
 
 
 class _Rider:
-    """A request's audit row, added to the first transaction that commits during the request
-    (`store.db.riders`) with the status its route answers when all goes well. The change and
+    """A request's audit row, added to the first transaction that commits a change during the
+    request (`store.db.riders`) with the status its route answers when all goes well. The change and
     its row commit together, at the cost of one transaction, not two."""
 
     def __init__(self, scope: Scope):
@@ -80,12 +80,14 @@ class _Rider:
     def add(self, session: Session) -> None:
         if self.closed or self.session is not None:
             return
+        session.flush()  # the change goes in first: a savepoint that rolls back takes what it flushed
+        if not wrote(session):  # a lookup (a login's, before its password is checked) is no change
+            return
         status = getattr(self.scope.get("route"), "status_code", None) or 200
         event = event_of(self.scope, status, time.time())
         if event.route in UNAUDITED_ROUTES:
             self.closed = True
             return
-        session.flush()  # the change goes in first: a savepoint that rolls back takes what it flushed
         try:
             with session.begin_nested():  # a row that cannot go in must not take the change with it
                 self.event_id, self.status, self.session = audit.add(session, event), status, session

@@ -156,6 +156,28 @@ class Rider(Protocol):
 
 riders: ContextVar[Rider | None] = ContextVar("mlyard_riders", default=None)
 """The running request's `Rider`; worker threads of the request see it too."""
+_WROTE = "mlyard_wrote"
+
+
+def wrote(session: Session) -> bool:
+    """Whether the session's transaction has changed anything so far (rows flushed, or an
+    INSERT, UPDATE or DELETE statement run through it)."""
+    return bool(session.info.get(_WROTE))
+
+
+def _note_flush(session: Session, _context) -> None:
+    session.info[_WROTE] = True
+
+
+def _note_statement(state) -> None:
+    if state.is_insert or state.is_update or state.is_delete:
+        state.session.info[_WROTE] = True
+
+
+def _listen_for_writes() -> None:
+    for name, listener in (("after_flush", _note_flush), ("do_orm_execute", _note_statement)):
+        if not event.contains(Session, name, listener):
+            event.listen(Session, name, listener)
 
 
 class Database:
@@ -170,6 +192,7 @@ class Database:
         # processes on the file still meet the busy timeout.
         self._writer = threading.RLock() if self.url.startswith("sqlite") else nullcontext()
         revisions.listen()
+        _listen_for_writes()
         self.specs = SpecCache()
         """The parsed specs of this database's jobs (`store/specs.py`)."""
 

@@ -44,6 +44,10 @@ def _note_changes(session: Session, _context) -> None:
 
 
 def _stamp(session: Session) -> None:
+    # A savepoint's release (and rollback) comes to these listeners too: only the transaction's
+    # own commit takes the revision, and a savepoint rolled back forgets nothing of the rest.
+    if session.in_nested_transaction():
+        return
     session.flush()  # a change not flushed yet is noted too
     changed = session.info.pop(_CHANGED, None)
     if not changed:
@@ -58,7 +62,8 @@ def _stamp(session: Session) -> None:
 
 
 def _forget(session: Session) -> None:
-    session.info.pop(_CHANGED, None)
+    if not session.in_nested_transaction():
+        session.info.pop(_CHANGED, None)
 
 
 def listen() -> None:
