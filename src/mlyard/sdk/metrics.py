@@ -5,8 +5,8 @@ never breaks, nor stalls, the training it measures: `report` checks the values a
 returns, and a thread of the SDK sends the points in order (W&B and MLflow's asynchronous
 logging work alike). A value that is not a finite number is refused at once (`report` returns
 False); a server that does not answer, or a refusal, is written to stderr as one clear line
-when the point is sent. At the process's exit the SDK waits up to `FLUSH_SECONDS` for the points
-not sent yet; `flush()` waits for them at any time and says whether all were stored. Outside
+when the point is sent. At a normal exit of the process the SDK waits up to `FLUSH_SECONDS` for
+the points not sent yet (a process killed, or ended by SIGTERM without a handler, loses them); `flush()` waits for them at any time and says whether all were stored. Outside
 mlyard (no MLYARD_API) it does nothing.
 """
 

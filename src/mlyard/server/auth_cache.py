@@ -35,7 +35,6 @@ _WATCHED_TABLES = frozenset(row.__tablename__ for row in _WATCHED)
 _CHANGED = "mlyard.auth_changed"
 _lock = threading.Lock()
 _generation = 0
-_listening = False
 
 
 def generation() -> int:
@@ -71,15 +70,10 @@ class Principals:
 
 def listen() -> None:
     """Registers, once per process, the session events that note such changes."""
-    global _listening
-    with _lock:
-        if _listening:
-            return
-        _listening = True
-    event.listen(Session, "after_flush", _note_flushed)
-    event.listen(Session, "do_orm_execute", _note_statement)
-    event.listen(Session, "after_commit", _forget_if_changed)
-    event.listen(Session, "after_soft_rollback", _drop_note)
+    for name, listener in (("after_flush", _note_flushed), ("do_orm_execute", _note_statement),
+                           ("after_commit", _forget_if_changed), ("after_soft_rollback", _drop_note)):
+        if not event.contains(Session, name, listener):
+            event.listen(Session, name, listener)
 
 
 def _note_flushed(session: Session, _context) -> None:

@@ -120,7 +120,7 @@ class ServerSettings:
     """Seconds from the end of a controller pass to the start of the next, at least. A pass per
     submission would cost each submission a pass (6 ms on a small machine, contending with the
     handlers for the interpreter); with the gap, each pass serves the submissions of its gap and
-    a job waits this long at most for its first decision. An idle controller acts at once."""
+    a job waits this long more at most for its first decision. An idle controller acts at once."""
     sample_interval_seconds: float = DEFAULT_SAMPLE_INTERVAL
     """How often the leader measures its node and the replicas there (MLYARD_SAMPLE_INTERVAL);
     0 switches sampling off."""

@@ -174,3 +174,19 @@ def test_rounds_see_the_same_waiting_jobs_as_the_rows_say(tmp_path: Path, databa
         controller.reconcile_once()
     assert len(compared) > 40 and max(compared) > 3, f"the rounds had waiting jobs to compare: {compared}"
     database.close()
+
+
+def test_passes_keep_the_gap_after_the_last_one(tmp_path: Path, database_url: str,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """Woken by every submission of a stream, a pass waits out `pass_gap_seconds` after the last
+    one ended (or as long as the last one took, when that is longer); the first waits for nothing."""
+    database, _backend, controller = make_world(tmp_path, database_url)
+    controller.settings = ServerSettings(paths=Paths(tmp_path), database_url=database_url, idle_tick_seconds=3600,
+                                         pass_gap_seconds=30)
+    waits: list[float] = []
+    monkeypatch.setattr(time, "sleep", waits.append)
+    for _ in range(3):
+        submit(database)
+        controller.reconcile_once()
+    assert waits[0] == 0.0 and all(29 < wait <= 30 for wait in waits[1:]), waits
+    database.close()

@@ -6,11 +6,11 @@ recorded as the API is, and so are requests no route matched. The caller is whoe
 authenticating dependencies (`routers/dependencies.principal`, `web/session.page_principal`)
 put in the request's state; a request without valid credentials is `anonymous`.
 
-The row commits with the request's change, in the first transaction the request commits (see
-`_Rider`); a request that commits nothing gets a transaction of its own once its answer is
-produced and before it is sent. Either way a client that has its answer finds its request in
-the log. A failure to write is
-logged and the answer goes out unchanged, since the request happened all the same.
+The row commits with the request's change, in the first transaction of the request that
+changes something (see `_Rider`); a request that changes nothing gets a transaction of its own
+once its answer is produced and before it is sent. Either way a client that has its answer
+finds its request in the log. A failure to write is logged and the answer goes out unchanged,
+since the request happened all the same.
 """
 
 from __future__ import annotations
@@ -67,8 +67,8 @@ def event_of(scope: Scope, status: int, at: float) -> Event:
 
 class _Rider:
     """A request's audit row, added to the first transaction that commits a change during the
-    request (`store.db.riders`) with the status its route answers when all goes well. The change and
-    its row commit together, at the cost of one transaction, not two."""
+    request (`store.db.riders`) with the status its route answers when all goes well. The change
+    and its row commit together, at the cost of one transaction, not two."""
 
     def __init__(self, scope: Scope):
         self.scope = scope
