@@ -1,16 +1,12 @@
-"""The job specification and the job lifecycle, as pure values.
+"""The job specification, as pure values.
 
 A `JobSpec` is what a user submits (YAML or JSON). It validates everything it can without
-looking at a cluster; whether the job fits on any node is the scheduler's question.
-
-`JobStatus` and `ALLOWED_TRANSITIONS` define the lifecycle. Only
-`mlyard.server.services.jobs.switch_status` applies a transition; everything else asks
-`can_transition`.
+looking at a cluster; whether the job fits on any node is the scheduler's question. The job
+lifecycle (`JobStatus`, `ALLOWED_TRANSITIONS`) lives in `mlyard.job_status` and is named here too.
 """
 
 from __future__ import annotations
 
-import enum
 import math
 import re
 import shlex
@@ -24,6 +20,9 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+
+# The lifecycle, named here too: most code takes a job's spec and statuses from one place.
+from mlyard.job_status import ALLOWED_TRANSITIONS, TERMINAL_STATUSES, JobStatus, can_transition  # noqa: F401
 
 _MEMORY_UNITS = {
     "": 1,
@@ -366,72 +365,3 @@ class JobSpec(_Strict):
         if self.command[:2] == ["/bin/sh", "-c"] and len(self.command) == 3:
             return self.command[2]
         return shlex.join(self.command)
-
-
-class JobStatus(str, enum.Enum):
-    """A job's status. Only `server.lifecycle.switch_status` writes it, along
-    `ALLOWED_TRANSITIONS`; each value says what it means and what sets it.
-
-    - QUEUED: waiting for the scheduler. Set at submission (the request handler), and by the
-      controller after a preemption (PREEMPTED → QUEUED, at once).
-    - SCHEDULED: the scheduler placed it; its attempt, replica rows and token are written and
-      the backend is about to launch it. Set by the controller's start.
-    - STARTING: the backend accepted the launch; not every replica runs yet. Set by the
-      controller once the launch is recorded.
-    - RUNNING: every replica runs (or already ended). Set by the controller's observe step.
-    - RESTARTING: an attempt failed with restarts left; no replica is left and the job waits
-      out its backoff (`restart_at`) before it is SCHEDULED again. Set by the controller.
-    - PREEMPTED: the scheduler took its resources back (a preemption or a resize); it passes
-      at once to QUEUED and resumes from its checkpoint. Set by the controller.
-    - SUCCEEDED: the attempt met the job's success policy: every replica exited 0 (`all`), or the
-      chief or worker 0 did and the other replicas were then stopped. Set by the controller
-      (also from STARTING, when the chief finishes before a slow peer runs). Terminal.
-    - FAILED: a replica failed with no restarts left, `max_runtime` passed, the environment it
-      names went away, or it could not be started. Set by the controller. Terminal.
-    - CANCELLED: a user cancelled it (a queued, preempted or restarting job at once, by the
-      request handler; an active one by the controller once no replica is left), or an idle
-      interactive job was stopped. Terminal.
-
-    A terminal job has no process left: FAILED and CANCELLED are set only once every replica is
-    gone.
-    """
-
-    QUEUED = "QUEUED"
-    SCHEDULED = "SCHEDULED"
-    STARTING = "STARTING"
-    RUNNING = "RUNNING"
-    RESTARTING = "RESTARTING"
-    PREEMPTED = "PREEMPTED"
-    SUCCEEDED = "SUCCEEDED"
-    FAILED = "FAILED"
-    CANCELLED = "CANCELLED"
-
-    @property
-    def is_terminal(self) -> bool:
-        return self in TERMINAL_STATUSES
-
-    @property
-    def is_active(self) -> bool:
-        """True while processes of the job may exist. A RESTARTING job has none: its failed
-        attempt is gone and it waits out the backoff before it is scheduled again."""
-        return self in (JobStatus.SCHEDULED, JobStatus.STARTING, JobStatus.RUNNING)
-
-
-TERMINAL_STATUSES = frozenset({JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED})
-
-_S = JobStatus
-ALLOWED_TRANSITIONS: dict[JobStatus, frozenset[JobStatus]] = {
-    _S.QUEUED: frozenset({_S.SCHEDULED, _S.CANCELLED, _S.FAILED}),
-    _S.SCHEDULED: frozenset({_S.STARTING, _S.FAILED, _S.CANCELLED}),
-    _S.STARTING: frozenset({_S.RUNNING, _S.SUCCEEDED, _S.FAILED, _S.CANCELLED, _S.PREEMPTED, _S.RESTARTING}),
-    _S.RUNNING: frozenset({_S.SUCCEEDED, _S.FAILED, _S.CANCELLED, _S.RESTARTING, _S.PREEMPTED}),
-    _S.RESTARTING: frozenset({_S.SCHEDULED, _S.FAILED, _S.CANCELLED}),
-    _S.PREEMPTED: frozenset({_S.QUEUED, _S.CANCELLED}),
-    _S.SUCCEEDED: frozenset(),
-    _S.FAILED: frozenset(),
-    _S.CANCELLED: frozenset(),
-}
-
-
-def can_transition(current: JobStatus, target: JobStatus) -> bool:
-    return target in ALLOWED_TRANSITIONS[current]

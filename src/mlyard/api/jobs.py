@@ -7,18 +7,15 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from mlyard.api.job_listing import DEFAULT_PAGE_JOBS, MAX_PAGE_JOBS, NOT_CONNECTED  # noqa: F401
 from mlyard.spec import JobSpec, JobStatus
 
-NOT_CONNECTED = "replicas are not connected to rank 0: each may be training alone"
-"""The start of `JobInfo.warning` (and of its job event) for a job whose replicas never met."""
 IDEMPOTENCY_KEY_PATTERN = r"^[\x21-\x7e]+$"
 """An idempotency key (the Idempotency-Key header, or a batch item's `idempotency_key`):
 1 to 255 printable ASCII characters without spaces."""
 IDEMPOTENCY_KEY_HELP = ("makes retries safe: a repeated request with the same key (and spec) from the same caller "
                         "returns the job the first created instead of a new one; keys are kept 24 hours")
 MAX_BATCH_JOBS = 1000
-DEFAULT_PAGE_JOBS = 50
-MAX_PAGE_JOBS = 1000
 
 
 class _Deferred(BaseModel):

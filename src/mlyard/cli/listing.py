@@ -19,11 +19,11 @@ from typing import Annotated, Any, TextIO
 
 import typer
 
-from mlyard.api.jobs import DEFAULT_PAGE_JOBS, MAX_PAGE_JOBS, NOT_CONNECTED
+from mlyard.api.job_listing import DEFAULT_PAGE_JOBS, MAX_PAGE_JOBS, NOT_CONNECTED
 from mlyard.cli.options import OutputFormat, OutputOption
 from mlyard.cli.words import STATUS_STYLES, ago, duration
 from mlyard.client import Client
-from mlyard.spec import JobStatus
+from mlyard.job_status import JobStatus
 
 COLUMNS = ("ID", "NAME", "STATUS", "REPLICAS", "QUEUE", "SUBMITTED", "RUNTIME", "MESSAGE")
 GAP = "  "

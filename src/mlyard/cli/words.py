@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING
 
-from mlyard.spec import JobStatus
+from mlyard.job_status import JobStatus
 
 if TYPE_CHECKING:
     from mlyard.api.jobs import JobInfo

@@ -16,20 +16,14 @@ from typing import TYPE_CHECKING, Any
 import httpx
 from pydantic import TypeAdapter
 
+from mlyard.api.job_listing import DEFAULT_PAGE_JOBS, MAX_PAGE_JOBS
 from mlyard.client import settings as client_settings
-from mlyard.api.errors import ErrorBody, FieldError
-from mlyard.api.jobs import (
-    DEFAULT_PAGE_JOBS,
-    MAX_PAGE_JOBS,
-    JobBatchResult,
-    JobDetail,
-    JobInfo,
-    LogChunk,
-    TensorBoardInfo,
-)
-from mlyard.spec import JobSpec, JobStatus
 
-if TYPE_CHECKING:  # the models of the rarer calls are imported by the calls: every command starts sooner
+if TYPE_CHECKING:  # each call imports the models it reads: every command (and the SDK) starts sooner
+    from mlyard.api.errors import FieldError
+    from mlyard.api.jobs import JobDetail, JobInfo, LogChunk, TensorBoardInfo
+    from mlyard.job_status import JobStatus
+    from mlyard.spec import JobSpec
     from mlyard.api.accounts import IssuedToken, TokenInfo, UserInfo
     from mlyard.api.health import Health
     from mlyard.api.resources import JobResources, NodeSamples, RunningJobUsage
@@ -107,6 +101,7 @@ class Client:
                 ) from error
         if response.is_success:
             return response
+        from mlyard.api.errors import ErrorBody
         try:
             body = ErrorBody.model_validate(response.json())
             raise ClientError(body.message, status=response.status_code, code=body.error, details=body.details)
@@ -121,6 +116,8 @@ class Client:
     def submit(self, spec: JobSpec | dict[str, Any], *, idempotency_key: str | None = None) -> JobInfo:
         """Submits with an Idempotency-Key (a new one unless given) and retries on connection
         errors: an answer lost to a server crash never leads to a second job."""
+        from mlyard.api.jobs import JobInfo
+        from mlyard.spec import JobSpec
         payload = spec.model_dump(mode="json", exclude_defaults=True) if isinstance(spec, JobSpec) else spec
         headers = {"Idempotency-Key": idempotency_key or str(uuid.uuid4())}
         return JobInfo.model_validate(
@@ -131,6 +128,8 @@ class Client:
         its idempotency key (a new one where None). Retried on connection errors like `submit`:
         an answer lost to a server crash never leads to second jobs. Returns each job, in order,
         and whether an earlier request with its key had created it."""
+        from mlyard.api.jobs import JobBatchResult
+        from mlyard.spec import JobSpec
         body = {"jobs": [
             {"spec": spec.model_dump(mode="json", exclude_defaults=True) if isinstance(spec, JobSpec) else spec,
              "idempotency_key": key or str(uuid.uuid4())}
@@ -146,6 +145,7 @@ class Client:
         """One page of jobs, newest first: those with an id below `after` (None: the newest).
         Returns the jobs, how many match the filters in all, and the `after` of the next page
         (None when this one is the last)."""
+        from mlyard.api.jobs import JobInfo
         page, total, following = self.jobs_page_json(statuses=statuses, include_finished=include_finished,
                                                      queue=queue, owner=owner, search=search, project=project,
                                                      after=after, limit=limit)
@@ -182,9 +182,11 @@ class Client:
                 return found
 
     def job(self, job_id: int) -> JobDetail:
+        from mlyard.api.jobs import JobDetail
         return JobDetail.model_validate(self._request("GET", f"/jobs/{job_id}").json())
 
     def cancel(self, job_id: int) -> JobInfo:
+        from mlyard.api.jobs import JobInfo
         return JobInfo.model_validate(self._request("POST", f"/jobs/{job_id}/cancel").json())
 
     def logs(self, job_id: int, *, replica: str | None = None, attempt: int | None = None, offset: int = 0) -> LogChunk:
@@ -193,6 +195,7 @@ class Client:
             params["replica"] = replica
         if attempt is not None:
             params["attempt"] = attempt
+        from mlyard.api.jobs import LogChunk
         return LogChunk.model_validate(self._request("GET", f"/jobs/{job_id}/logs", params=params).json())
 
     def follow_logs(self, job_id: int, *, replica: str | None = None, attempt: int | None = None,
@@ -222,6 +225,7 @@ class Client:
         return MetricsPage.model_validate(self._request("GET", f"/jobs/{job_id}/metrics", params=params).json())
 
     def tensorboard(self, job_id: int) -> TensorBoardInfo:
+        from mlyard.api.jobs import TensorBoardInfo
         return TensorBoardInfo.model_validate(self._request("GET", f"/jobs/{job_id}/tensorboard").json())
 
     def usage(self, *, since: float | None = None, until: float | None = None, by: str = "user") -> UsageReport:
