@@ -29,6 +29,7 @@ import gc
 from .config import DEFAULT_POLICY, LIVE_POLICIES, POLICIES, SchedulerConfig
 from .cycle import decide_round
 from .placement import FreeResources, NodeFree, place_gang
+from .policies import weighs_time
 from .unschedulable import unschedulable_reason
 from .snapshot import (
     UNLIMITED,
@@ -74,6 +75,7 @@ __all__ = [
     "decide",
     "place_gang",
     "unschedulable_reason",
+    "weighs_time",
     "whole_cores",
 ]
 

@@ -65,6 +65,10 @@ class Policy:
     backfill: bool = False
     fair_share: bool = True
     ahead_phrase: str = "ahead of it"
+    weighs_time: bool = True
+    """Whether a round's decisions may change with the clock alone (attained service grows,
+    a starving job moves up, a backfill window closes). False: the same jobs, nodes and
+    queues give the same decisions at any time, so nothing is gained by deciding again."""
 
     # --------------------------------------------------------------- classes
     def pending_class(self, job: PendingJob, now: float, config: SchedulerConfig) -> float:
@@ -279,7 +283,8 @@ class SrtfOracle(Policy):
 
 
 POLICY_TABLE: dict[str, Policy] = {
-    "fifo": Fifo("fifo", preemptive=False, strict=True, fair_share=False, ahead_phrase="submitted before it"),
+    "fifo": Fifo("fifo", preemptive=False, strict=True, fair_share=False, ahead_phrase="submitted before it",
+                 weighs_time=False),
     "backfill": Fifo("backfill", preemptive=False, backfill=True, fair_share=False,
                      ahead_phrase="submitted before it"),
     "priority": Priority("priority", preemptive=True, ahead_phrase="of higher priority"),
@@ -288,3 +293,8 @@ POLICY_TABLE: dict[str, Policy] = {
                               ahead_phrase="with less remaining service"),
     "balanced": Balanced("balanced", preemptive=True, ahead_phrase="with less attained service"),
 }
+
+
+def weighs_time(policy: str) -> bool:
+    """Whether `policy`'s decisions may change with the clock alone (`Policy.weighs_time`)."""
+    return POLICY_TABLE[policy].weighs_time

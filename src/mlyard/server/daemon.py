@@ -78,6 +78,7 @@ def run_foreground(settings: ServerSettings) -> None:
     import uvicorn
 
     from mlyard.server.app import create_app
+    from mlyard.server import heap
 
     paths = settings.paths
     _prepare_home(paths)
@@ -97,10 +98,13 @@ def run_foreground(settings: ServerSettings) -> None:
     # times a request and waits for the interpreter each time, up to a whole switch interval:
     # 0.2 ms rather than 5 ms keeps requests quick while a round over a long queue runs.
     sys.setswitchinterval(SWITCH_INTERVAL)
+    app = create_app(settings)
+    heap.tune()
+    heap.settle("the server's modules and app")
     paths.server_pid.write_text(str(os.getpid()))
     paths.server_info.write_text(json.dumps({"url": settings.url, "pid": os.getpid()}))
     try:
-        uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level="warning",
+        uvicorn.run(app, host=settings.host, port=settings.port, log_level="warning",
                     timeout_graceful_shutdown=5)
     finally:
         paths.server_pid.unlink(missing_ok=True)

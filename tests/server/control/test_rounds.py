@@ -3,6 +3,7 @@ with a real database and a fake at the backend boundary."""
 
 from __future__ import annotations
 
+import gc
 import random
 import time
 from pathlib import Path
@@ -29,9 +30,11 @@ from mlyard.storage import BlobStore
 ADMIN = auth.Principal(name="admin", user_id=None, is_admin=True)
 
 
-def make_world(tmp_path: Path, database_url: str, cpus: int = 2) -> tuple[Database, FakeBackend, Controller]:
-    # No periodic recheck within a test: every round here comes from a change.
-    settings = ServerSettings(paths=Paths(tmp_path), database_url=database_url, idle_tick_seconds=3600, pass_gap_seconds=0)
+def make_world(tmp_path: Path, database_url: str, cpus: int = 2, **settings_fields) -> tuple[Database, FakeBackend,
+                                                                                             Controller]:
+    # No periodic recheck within a test unless asked: every round here comes from a change.
+    settings = ServerSettings(paths=Paths(tmp_path), database_url=database_url,
+                              **{"idle_tick_seconds": 3600, "pass_gap_seconds": 0, **settings_fields})
     database = Database.open(settings.effective_database_url)
     backend = FakeBackend(cpus=cpus)
     record_nodes(database, backend.name, backend.nodes())
@@ -96,6 +99,12 @@ def test_ten_thousand_waiting_jobs_cost_an_idle_pass_no_scheduling_work(tmp_path
     queued = controller.rounds.queued
     assert counted.calls == 3 and len(queued) == 10_000 and queued.rows_read >= 10_000
     assert queued.specs_parsed <= 2, "one parse per distinct demand, not per job"
+    # Loaded once and kept until they start: later collections no longer walk them (server/heap.py).
+    first = queued.schedulable(time.time())[0].pending
+    try:
+        assert gc.get_freeze_count() > 0 and all(thing is not first for thing in gc.get_objects())
+    finally:
+        gc.unfreeze()
     with database.reading() as session:
         assert session.scalar(select(func.count()).where(JobRow.wait_reason.is_not(None))) == 10_000
 
@@ -113,6 +122,27 @@ def test_ten_thousand_waiting_jobs_cost_an_idle_pass_no_scheduling_work(tmp_path
     settle(controller)
     settle(controller)
     assert (counted.calls, queued.rows_read, len(queued)) == (calls + 2, rows + 2, 10_000)
+    database.close()
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+@pytest.mark.parametrize(("policy", "asked_again"), [("fifo", False), ("las", True)])
+def test_only_a_policy_that_weighs_time_is_asked_again_while_nothing_changes(
+        tmp_path: Path, database_url: str, policy: str, asked_again: bool) -> None:
+    # LAS orders by attained service, which grows while jobs run; FIFO's order never changes.
+    database, backend, controller = make_world(tmp_path, database_url, idle_tick_seconds=0.01,
+                                               scheduler_policy=policy)
+    counted = controller.decide = Counted()
+    running = submit(database)  # both cores
+    submit(database)  # waits behind it
+    settle(controller)
+    settle(controller)
+    assert status(database, running) is JobStatus.RUNNING
+    calls = counted.calls
+    for _ in range(4):
+        time.sleep(0.1)  # past the recheck interval: the idle tick, or 50 rounds' time
+        controller.reconcile_once()
+    assert (counted.calls > calls) is asked_again
     database.close()
 
 

@@ -22,6 +22,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from mlyard.scheduler import PendingJob, ReplicaRequest
+from mlyard.server import heap
 from mlyard.server.scheduler_terms import replica_requests, smallest_gang
 from mlyard.server.store.rows import JobRevisionRow, JobRow, UserRow
 from mlyard.spec import JobSpec, JobStatus
@@ -30,6 +31,9 @@ _DEMAND_FIELDS = ("roles", "elastic", "placement", "max_runtime")
 """The parts of a stored spec that `replica_requests` and the scheduler read."""
 WAITING = (JobStatus.QUEUED.value, JobStatus.RESTARTING.value)
 _CHUNK = 500
+SETTLE_AFTER = 1000
+"""Waiting jobs that, once kept, are frozen out of garbage collections (`server/heap.py`); again
+each time their number doubles."""
 _COLUMNS = (JobRow.id, JobRow.revision, JobRow.status, JobRow.restart_at, JobRow.project, JobRow.queue,
             JobRow.priority, JobRow.submitted_at, JobRow.attained_service, JobRow.attained_time,
             JobRow.queued_since, JobRow.wait_reason, UserRow.name)
@@ -77,6 +81,8 @@ class QueuedJobs:
     def __init__(self) -> None:
         self._jobs: dict[int, QueuedJob] = {}
         self._seen: int | None = None
+        self._settled_at = 0
+        """How many jobs were kept when they were last frozen out of collections."""
         """The highest revision read; None: nothing loaded yet."""
         self._order: list[QueuedJob] | None = None
         """Every job, oldest submission first; None: to be sorted again."""
@@ -101,6 +107,7 @@ class QueuedJobs:
         self._restarting_jobs.clear()
         self._demands.clear()
         self._seen = None
+        self._settled_at = 0
         self._order = None
         self.version += 1
 
@@ -138,6 +145,11 @@ class QueuedJobs:
         if changed or self._added:
             self.version += 1
             self._added = []
+        if len(self._jobs) >= max(SETTLE_AFTER, 2 * self._settled_at):
+            # Kept until they start: collections need not walk them again and again as the queue
+            # grows. Once per doubling, so a queue filled to 100,000 is settled a few times only.
+            heap.settle(f"{len(self._jobs):,} waiting jobs")
+            self._settled_at = len(self._jobs)
 
     def _add(self, session: Session, rows: list) -> None:
         if not rows:

@@ -6,7 +6,8 @@ nodes, queues, project limits or the policy changed. Nothing new, no round: with
 waiting for room, an idle server schedules nothing. Policies also weigh time (service attained
 by running jobs, a backfill window closing), so while anything runs a round also comes
 periodically: every idle tick when rounds are cheap, less often as they grow dearer, so that
-these rechecks take at most 1/`RECHECK_FACTOR` of a core. Rounds also keep a gap at least as
+these rechecks take at most 1/`RECHECK_FACTOR` of a core; not under a policy whose decisions
+the clock alone never changes (`fifo`). Rounds also keep a gap at least as
 long as the last one took, so a stream of submissions is scheduled in batches instead of
 holding the controller in back-to-back rounds.
 
@@ -21,7 +22,7 @@ from dataclasses import dataclass
 
 from sqlalchemy import select
 
-from mlyard.scheduler import ClusterSnapshot
+from mlyard.scheduler import ClusterSnapshot, weighs_time
 from mlyard.server.control import project_limits
 from mlyard.server.control.attempts import holding_attempts
 from mlyard.server.control.queued_jobs import QueuedJobs
@@ -98,7 +99,8 @@ class Rounds:
                   self.queued.version, self.queued.restarts_due(now))
         since = time.monotonic() - self._last_round_at
         recheck = max(self.settings.idle_tick_seconds, RECHECK_FACTOR * self._last_round_seconds)
-        if inputs == self._last_inputs and not (holding and since >= recheck) and not self.every_pass:
+        rechecked = holding and since >= recheck and weighs_time(config.policy)
+        if inputs == self._last_inputs and not rechecked and not self.every_pass:
             return None
         if since < self._last_round_seconds and not self.every_pass:
             self.come_back_at = self._last_round_at + self._last_round_seconds
