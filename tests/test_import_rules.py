@@ -47,6 +47,8 @@ def _within(name: str, prefix: str) -> bool:
 RULES = [
     ("mlyard.spec", ["mlyard.server", "mlyard.backends", "mlyard.runtime", "mlyard.scheduler"], []),
     ("mlyard.errors", ["mlyard.server", "mlyard.backends"], []),
+    # The lifecycle stands apart from everything, the spec's models included (`mlyard jobs` imports it alone).
+    ("mlyard.job_status", ["mlyard"], []),
     ("mlyard.scheduler", ["mlyard.server", "mlyard.backends", "mlyard.runtime", "mlyard.storage", "mlyard.client"], []),
     ("mlyard.sim", ["mlyard.server", "mlyard.backends", "mlyard.runtime", "mlyard.client"], []),
     ("mlyard.storage", ["mlyard.server", "mlyard.backends", "mlyard.scheduler", "mlyard.runtime"], []),

@@ -1,7 +1,7 @@
 """The job lifecycle: a job's statuses and the moves between them. Only
 `mlyard.server.lifecycle.switch_status` applies a move; everything else asks `can_transition`.
-Apart from the spec's models (`mlyard.spec` names these too), so that `mlyard jobs` and the
-in-job SDK use them without importing pydantic's."""
+Apart from the spec's models (`mlyard.spec` names these too), so that `mlyard jobs` uses them
+without building pydantic's."""
 
 from __future__ import annotations
 

@@ -19,7 +19,7 @@ from mlyard.api.errors import ErrorBody, FieldError, field_errors, summarize
 from mlyard.api.health import Health
 from mlyard.backends.base import Backend
 from mlyard.errors import MlyardError, TooManyRequests
-from mlyard.server import auth, job_secrets
+from mlyard.server import auth, heap, job_secrets
 from mlyard.server.auth_cache import Principals
 from mlyard.server.http import body_limit, failures, telemetry
 from mlyard.server.http.allowed_hosts import AllowedHosts, default_hosts, parse_hosts
@@ -117,9 +117,11 @@ def _open(settings: ServerSettings, backend: Backend | None) -> tuple[Database, 
         containers=container_replicas(settings.runtime, settings.container_socket, max_log_bytes=settings.max_log_bytes))
 
 
-def create_app(settings: ServerSettings, *, backend: Backend | None = None) -> FastAPI:
+def create_app(settings: ServerSettings, *, backend: Backend | None = None, settle_heap: bool = False) -> FastAPI:
     """The server's application; the lifespan migrates the database and runs the controller
-    while this server leads the servers sharing its database (`leadership.py`)."""
+    while this server leads the servers sharing its database (`leadership.py`). `settle_heap`:
+    what lives once it has started is frozen out of garbage collections (`heap.py`), as the
+    server process wants and a test process with many apps does not."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -137,6 +139,8 @@ def create_app(settings: ServerSettings, *, backend: Backend | None = None) -> F
         leadership.start()
         log.info("mlyard %s serving %s with the %s backend (controller: %s)", __version__, settings.url,
                  chosen.name, leadership.role)
+        if settle_heap:
+            heap.settle("the server once started")
         try:
             yield
         finally:

@@ -98,9 +98,8 @@ def run_foreground(settings: ServerSettings) -> None:
     # times a request and waits for the interpreter each time, up to a whole switch interval:
     # 0.2 ms rather than 5 ms keeps requests quick while a round over a long queue runs.
     sys.setswitchinterval(SWITCH_INTERVAL)
-    app = create_app(settings)
     heap.tune()
-    heap.settle("the server's modules and app")
+    app = create_app(settings, settle_heap=True)
     paths.server_pid.write_text(str(os.getpid()))
     paths.server_info.write_text(json.dumps({"url": settings.url, "pid": os.getpid()}))
     try:

@@ -9,10 +9,14 @@ the slowest answers were those pauses, not the work of the requests.
 `settle()` collects once, then freezes what is left (`gc.freeze`): objects alive at that moment
 are never walked again. They are still freed by reference counting when let go (a job leaving
 the queue); only a reference cycle among them would stay for good, which is why it runs rarely:
-once the app is built, and each time the waiting jobs the controller keeps double in number
+once the server has started, and each time the waiting jobs the controller keeps double in number
 (from 1,000: `control/queued_jobs.py`). A queue filled to 100,000 is settled 7 times, each
 collection walking what came since the last, where Python's own full collections would come
 every quarter of growth and walk everything each time.
+
+A controller that stops (this server no longer leads) leaves a cycle among frozen objects (it
+and its loop point at each other, with the whole queue kept behind them): `release()` unfreezes
+everything then, so that the next full collection frees it.
 
 `tune()` raises the threshold of the youngest generation (`YOUNG_OBJECTS`)."""
 
@@ -26,8 +30,8 @@ log = logging.getLogger(__name__)
 
 
 YOUNG_OBJECTS = 50_000
-"""Allocations (less deallocations) between collections of the youngest generation; Python's
-default is 700. A request allocates thousands of objects that live until its answer: at 700 a
+"""Allocations (less deallocations) between collections of the youngest generation (700 by
+default up to Python 3.12). A request allocates thousands of objects that live until its answer: at 700 a
 collection finds many of them still alive and promotes them towards the oldest generation, whose
 growth is what brings on full collections."""
 
@@ -42,3 +46,7 @@ def settle(what: str) -> None:
     gc.freeze()
     log.info("froze %s objects (%s) in %.0f ms; collections no longer walk them", f"{gc.get_freeze_count():,}",
              what, 1000 * (time.perf_counter() - began))
+
+
+def release() -> None:
+    gc.unfreeze()

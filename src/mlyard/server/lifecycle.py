@@ -10,7 +10,7 @@ Words (see `spec.JobStatus` for each status and what sets it):
   them whenever the job leaves its attempt behind (a terminal status, RESTARTING, PREEMPTED).
 
 The only writers: `switch_status` of `jobs.status` (checked against
-`spec.ALLOWED_TRANSITIONS`, stamped, with a `job_events` row); `request_stop` of an attempt's
+`job_status.ALLOWED_TRANSITIONS`, stamped, with a `job_events` row); `request_stop` of an attempt's
 stop columns (and `finish_stop`, once, when a success policy turns out met after all); `end_attempt` of `attempts.finished_at` and the job's attained service. Callers
 hold the job's row lock (a transaction of the controller, or a request handler's).
 """

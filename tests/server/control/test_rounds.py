@@ -146,6 +146,25 @@ def test_only_a_policy_that_weighs_time_is_asked_again_while_nothing_changes(
     database.close()
 
 
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+def test_a_start_that_failed_is_decided_again_at_the_next_pass(tmp_path: Path, database_url: str) -> None:
+    database, backend, controller = make_world(tmp_path, database_url, scheduler_policy="fifo")
+    job = submit(database)
+    reserve_ports, failures = backend.reserve_ports, []
+
+    def failing(node: str, count: int) -> list[int]:
+        failures.append(node)
+        raise RuntimeError("the node did not answer")
+    backend.reserve_ports = failing
+    with pytest.raises(RuntimeError):
+        controller.reconcile_once()
+    assert failures and status(database, job) is JobStatus.QUEUED
+    backend.reserve_ports = reserve_ports
+    settle(controller)  # nothing changed since the round, yet it is decided again
+    assert status(database, job) is not JobStatus.QUEUED
+    database.close()
+
+
 def test_an_idle_server_with_nothing_running_opens_no_write_transaction(tmp_path: Path, database_url: str) -> None:
     database, backend, controller = make_world(tmp_path, database_url)
     counted = controller.decide = Counted()

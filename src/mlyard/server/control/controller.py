@@ -282,8 +282,14 @@ class Controller:
         self.rounds.decided(round_, time.perf_counter() - began)
         if self.observe_cycle is not None:  # launches are the backend's time, not the round's
             self.observe_cycle(self.settings.scheduler_policy, time.perf_counter() - began)
-        for decision in decisions.starts:
-            self._start(decision, round_.addresses)
+        try:
+            for decision in decisions.starts:
+                self._start(decision, round_.addresses)
+        except BaseException:
+            # Decided again at the next pass, not only once something else changes: a policy
+            # whose rounds the clock never changes (fifo) would otherwise not retry the start.
+            self.rounds.forget_inputs()
+            raise
         return stopped or bool(decisions.starts)
 
     def _record_decisions(self, decisions: Decisions, now: float) -> bool:

@@ -80,9 +80,11 @@ def _submission_order(job: QueuedJob) -> tuple[float, int]:
 class QueuedJobs:
     def __init__(self) -> None:
         self._jobs: dict[int, QueuedJob] = {}
-        self._seen: int | None = None
         self._settled_at = 0
-        """How many jobs were kept when they were last frozen out of collections."""
+        """How many jobs were kept when they were last frozen out of collections: a queue that
+        drains and fills again to the same size is not frozen again (nor is one read again by
+        `clear`), since each freeze keeps for good any cycle among what it froze."""
+        self._seen: int | None = None
         """The highest revision read; None: nothing loaded yet."""
         self._order: list[QueuedJob] | None = None
         """Every job, oldest submission first; None: to be sorted again."""
@@ -107,7 +109,6 @@ class QueuedJobs:
         self._restarting_jobs.clear()
         self._demands.clear()
         self._seen = None
-        self._settled_at = 0
         self._order = None
         self.version += 1
 
@@ -145,11 +146,6 @@ class QueuedJobs:
         if changed or self._added:
             self.version += 1
             self._added = []
-        if len(self._jobs) >= max(SETTLE_AFTER, 2 * self._settled_at):
-            # Kept until they start: collections need not walk them again and again as the queue
-            # grows. Once per doubling, so a queue filled to 100,000 is settled a few times only.
-            heap.settle(f"{len(self._jobs):,} waiting jobs")
-            self._settled_at = len(self._jobs)
 
     def _add(self, session: Session, rows: list) -> None:
         if not rows:
@@ -161,6 +157,14 @@ class QueuedJobs:
                 job = self._jobs[row.id] = self._entry(row, self._demand(specs[row.id]))
                 self._track(job)
                 self._added.append(job)
+
+    def settle(self) -> None:
+        """Freezes the kept jobs out of garbage collections (`server/heap.py`) once their number
+        reached `SETTLE_AFTER`, and again each time it doubles: a queue filled to 100,000 is
+        settled a few times only. Called outside any transaction, so that no session is frozen."""
+        if len(self._jobs) >= max(SETTLE_AFTER, 2 * self._settled_at):
+            heap.settle(f"{len(self._jobs):,} waiting jobs")
+            self._settled_at = len(self._jobs)
 
     def forget(self, job_id: int) -> None:
         """A job found gone (deleted) when it was to start."""

@@ -87,6 +87,7 @@ class Rounds:
             queue_rows = session.scalars(select(QueueRow)).all()
             projects = {row.name: row for row in session.scalars(select(ProjectRow))}
         self.database.specs.retain(specs)  # the specs of jobs no longer running are let go
+        self.queued.settle()
         self.next_restart_at = self.queued.next_restart(now)
         if not len(self.queued) and not holding:
             self._last_inputs = None
@@ -114,6 +115,10 @@ class Rounds:
                                    pending=tuple(job.pending for job in admitted), queues=queues, config=config)
         return Round(snapshot=snapshot, held_back=held_back, addresses={row.name: row.address for row in nodes},
                      inputs=inputs)
+
+    def forget_inputs(self) -> None:
+        """The next pass runs a round even if nothing it reads changed (a start that failed)."""
+        self._last_inputs = None
 
     def decided(self, round_: Round, seconds: float) -> None:
         """Notes a round carried out in `seconds` (reading, deciding and recording)."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Protocol
 
 from mlyard.backends.base import Backend
+from mlyard.server import heap
 from mlyard.server.control.controller import Controller
 from mlyard.server.settings import ServerSettings
 from mlyard.server.workers.environment_builds import EnvironmentBuilds, builder_for
@@ -70,3 +71,4 @@ class Supervisor:
         for worker in self.workers:
             worker.stop()
         self.workers.clear()
+        heap.release()  # the controller and the jobs it kept were frozen: let a collection free them
