@@ -20,6 +20,8 @@ def test_server_start_status_stop_and_jobs_outliving_a_server_restart(tmp_path: 
         again = server.cli("server", "start")
         assert again.returncode == 0 and "already running" in again.stderr
         assert (server.home / "server.log").exists() and (server.home / "server.pid").exists()
+        # What lives once it has started is frozen out of garbage collections (server/heap.py).
+        assert "objects (the server once started)" in (server.home / "server.log").read_text(errors="replace")
 
         job = server.cli_json("run", "--no-code", "--name", "outlives", "--", "sh", "-c", "sleep 4; echo done")
         deadline = time.monotonic() + 20

@@ -31,9 +31,9 @@ log = logging.getLogger(__name__)
 
 YOUNG_OBJECTS = 50_000
 """Allocations (less deallocations) between collections of the youngest generation (700 by
-default up to Python 3.12). A request allocates thousands of objects that live until its answer: at 700 a
-collection finds many of them still alive and promotes them towards the oldest generation, whose
-growth is what brings on full collections."""
+default up to Python 3.12). A request allocates thousands of objects that live until its
+answer: at 700 a collection finds many of them still alive and promotes them towards the oldest
+generation, whose growth is what brings on full collections."""
 
 
 def tune() -> None:
@@ -49,4 +49,5 @@ def settle(what: str) -> None:
 
 
 def release() -> None:
+    log.info("unfroze %s objects: the next full collection walks them again", f"{gc.get_freeze_count():,}")
     gc.unfreeze()
