@@ -31,7 +31,8 @@ what `importlib.import_module` loads (the commands' modules), sys.modules has al
 def imported_modules(*arguments: str) -> tuple[subprocess.CompletedProcess[str], set[str]]:
     """Runs `python -X importtime -m mlyard ARGUMENTS`, then the same through `PROBE`; returns the
     first run and every module either imported."""
-    environment = {"PATH": "/usr/bin:/bin", "COLUMNS": "200"}
+    # Port 9 (discard) is closed here: a command that makes a request fails at once.
+    environment = {"PATH": "/usr/bin:/bin", "COLUMNS": "200", "MLYARD_URL": "http://127.0.0.1:9"}
     result = subprocess.run([sys.executable, "-X", "importtime", "-m", "mlyard", *arguments], capture_output=True,
                             text=True, timeout=60, env=environment)
     timed = set(re.findall(r"^import time:\s+\d+ \|\s+\d+ \| +(\S+)$", result.stderr, re.MULTILINE))
@@ -72,8 +73,18 @@ def test_a_command_loads_only_its_own_module() -> None:
     assert result.returncode == 0, result.stderr[-2000:]
     assert "mlyard.cli.server" in modules
     assert not {"mlyard.cli.jobs", "mlyard.cli.listing", "mlyard.cli.queues"} & modules
-    # Typer itself brings pydantic to build a command; the API's models and httpx stay out.
-    assert not any(within(module, package) for module in modules for package in ("httpx", "mlyard.api", "mlyard.spec"))
+    assert not any(within(module, package) for module in modules
+                   for package in ("httpx", "pydantic", "mlyard.api", "mlyard.spec"))
+
+
+def test_listing_jobs_builds_no_model() -> None:
+    """`mlyard jobs` prints the listing's JSON as it comes: pydantic, the spec and the server stay
+    out (the server is unreachable here, so the run stops after its request)."""
+    result, modules = imported_modules("jobs")
+    assert "cannot reach the mlyard server" in result.stderr
+    assert "mlyard.cli.listing" in modules and "httpx" in modules
+    assert not any(within(module, package) for module in modules
+                   for package in ("pydantic", "pydantic_core", "mlyard.spec", "mlyard.server", "mlyard.api.jobs"))
 
 
 def test_a_mistake_on_the_command_line_names_the_command_without_a_traceback() -> None:

@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import httpx
-from pydantic import TypeAdapter
 
 from mlyard.api.job_listing import DEFAULT_PAGE_JOBS, MAX_PAGE_JOBS
 from mlyard.client import settings as client_settings
@@ -40,6 +39,13 @@ UPLOAD_CHUNK = 256 * 1024
 RETRY_SECONDS = 60.0
 """How long a request that is safe to repeat keeps being retried while the server cannot be
 reached (it may be restarting)."""
+
+
+def _list_of(model: type, items: Any) -> list:
+    """`items` validated as a list of `model`; pydantic is imported here, as the models are, so that
+    commands that read no model (`mlyard jobs`, `--help`) start without it."""
+    from pydantic import TypeAdapter
+    return TypeAdapter(list[model]).validate_python(items)
 
 
 class ClientError(Exception):
@@ -149,7 +155,7 @@ class Client:
         page, total, following = self.jobs_page_json(statuses=statuses, include_finished=include_finished,
                                                      queue=queue, owner=owner, search=search, project=project,
                                                      after=after, limit=limit)
-        return TypeAdapter(list[JobInfo]).validate_python(page), total, following
+        return _list_of(JobInfo, page), total, following
 
     def jobs_page_json(self, *, statuses: Sequence[JobStatus] = (), include_finished: bool = False,
                        queue: str | None = None, owner: str | None = None, search: str | None = None,
@@ -248,7 +254,7 @@ class Client:
 
     def nodes(self) -> list[NodeInfo]:
         from mlyard.api.nodes import NodeInfo
-        return TypeAdapter(list[NodeInfo]).validate_python(self._request("GET", "/nodes").json())
+        return _list_of(NodeInfo, self._request("GET", "/nodes").json())
 
     def node_samples(self, name: str, *, since: float | None = None, resolution: str = "raw") -> NodeSamples:
         from mlyard.api.resources import NodeSamples
@@ -264,11 +270,11 @@ class Client:
     def running_jobs(self) -> list[RunningJobUsage]:
         """Every job holding resources with its replicas' latest figures added up, in one request."""
         from mlyard.api.resources import RunningJobUsage
-        return TypeAdapter(list[RunningJobUsage]).validate_python(self._request("GET", "/resources/jobs").json())
+        return _list_of(RunningJobUsage, self._request("GET", "/resources/jobs").json())
 
     def queues(self) -> list[QueueInfo]:
         from mlyard.api.queues import QueueInfo
-        return TypeAdapter(list[QueueInfo]).validate_python(self._request("GET", "/queues").json())
+        return _list_of(QueueInfo, self._request("GET", "/queues").json())
 
     def queue(self, name: str) -> QueueInfo:
         from mlyard.api.queues import QueueInfo
@@ -297,7 +303,7 @@ class Client:
 
     def users(self) -> list[UserInfo]:
         from mlyard.api.accounts import UserInfo
-        return TypeAdapter(list[UserInfo]).validate_python(self._request("GET", "/users").json())
+        return _list_of(UserInfo, self._request("GET", "/users").json())
 
     def create_user(self, name: str, *, password: str | None = None, admin: bool = False) -> UserInfo:
         from mlyard.api.accounts import UserInfo
@@ -312,7 +318,7 @@ class Client:
     def tokens(self, *, every_user: bool = False) -> list[TokenInfo]:
         from mlyard.api.accounts import TokenInfo
         params = {"all": "true"} if every_user else {}
-        return TypeAdapter(list[TokenInfo]).validate_python(self._request("GET", "/tokens", params=params).json())
+        return _list_of(TokenInfo, self._request("GET", "/tokens", params=params).json())
 
     def create_token(self, name: str, *, expires_in: float | None = None) -> IssuedToken:
         from mlyard.api.accounts import IssuedToken
@@ -325,7 +331,7 @@ class Client:
 
     def projects(self) -> list[ProjectInfo]:
         from mlyard.api.projects import ProjectInfo
-        return TypeAdapter(list[ProjectInfo]).validate_python(self._request("GET", "/projects").json())
+        return _list_of(ProjectInfo, self._request("GET", "/projects").json())
 
     def project(self, name: str) -> ProjectInfo:
         from mlyard.api.projects import ProjectInfo
@@ -355,7 +361,7 @@ class Client:
     def environments(self, project: str | None = None) -> list[EnvironmentInfo]:
         from mlyard.api.environments import EnvironmentInfo
         params = {"project": project} if project else None
-        return TypeAdapter(list[EnvironmentInfo]).validate_python(
+        return _list_of(EnvironmentInfo, 
             self._request("GET", "/environments", params=params).json())
 
     def environment(self, name: str) -> EnvironmentInfo:
