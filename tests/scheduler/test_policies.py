@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from factories import GIB, gpu_node, running_job
 
@@ -106,6 +108,47 @@ def test_balanced_does_not_preempt_a_job_that_only_just_started():
     victim = running_job(1, "a", (0,), (0,), started_at=99_900, attained_service=50_000)
     assert preempted(run("balanced", nodes, [victim], [pending(2, 1, per_replica=1)], now=100_000)) == []
     assert preempted(run("balanced", nodes, [victim], [pending(2, 1, per_replica=1)], now=100_400)) == [1]
+
+
+def test_a_job_is_preempted_for_the_ordering_no_more_often_than_the_budget():
+    nodes = [gpu_node("a", 1)]
+    newcomer = [pending(2, 1, per_replica=1)]
+    once = running_job(1, "a", (0,), (0,), started_at=90_000, attained_service=50_000, preemptions=1)
+    for policy in ("balanced", "las"):
+        assert preempted(run(policy, nodes, [once], newcomer)) == [1], "no budget by default"
+        assert preempted(run(policy, nodes, [once], newcomer, preemption_budget=2)) == [1]
+        decisions = run(policy, nodes, [once], newcomer, preemption_budget=1)
+        assert preempted(decisions) == [] and starts(decisions) == [] and decisions.waiting[2]
+        assert preempted(run(policy, nodes, [replace(once, preemptions=0)], newcomer, preemption_budget=0)) == []
+    urgent = [pending(2, 1, per_replica=1, priority=5)]
+    assert preempted(run("priority", nodes, [once], urgent, preemption_budget=1)) == []
+
+
+def test_a_job_past_its_budget_still_gives_back_a_borrowed_quota_and_still_shrinks():
+    nodes = [gpu_node("a", 4)]
+    queues = [Queue("nlp", quota=Amounts.limit(gpu=2)), Queue("vision", quota=Amounts.limit(gpu=2))]
+    # Vision borrows two of nlp's GPUs with a job preempted as often as the budget allows.
+    borrower = RunningJob(1, tuple(ReplicaPlacement("worker", i, "a", (i,), (i,), GIB) for i in range(4)),
+                          queue="vision", started_at=0, attained_service=10**6, preemptions=5)
+    owed = [pending(2, 2, per_replica=2, queue="nlp")]
+    assert preempted(run("balanced", nodes, [borrower], owed, queues, preemption_budget=1)) == [1]
+    elastic = RunningJob(1, borrower.placements, started_at=0, attained_service=10**6, preemptions=5,
+                         min_replicas=2)
+    decisions = run("balanced", nodes, [elastic], [pending(2, 2, per_replica=2)], preemption_budget=1)
+    assert preempted(decisions) == [] and [r.job_id for r in decisions.resizes] == [1]
+
+
+def test_balanced_preempts_only_a_job_two_levels_below_unless_the_margin_says_otherwise():
+    nodes = [gpu_node("a", 1)]
+    newcomer = [pending(2, 1, per_replica=1)]  # no service yet: the top level
+    # 1,000 GPU-s in this attempt: one level down the ladder (600, 1,800, 5,400 …); 2,000: two.
+    one_level = running_job(1, "a", (0,), (0,), started_at=99_000)
+    two_levels = running_job(1, "a", (0,), (0,), started_at=99_000, attained_service=1_000)
+    assert preempted(run("balanced", nodes, [one_level], newcomer)) == []
+    assert preempted(run("balanced", nodes, [two_levels], newcomer)) == [1]
+    assert preempted(run("balanced", nodes, [one_level], newcomer, balanced_margin=1)) == [1]
+    with pytest.raises(ValueError, match="balanced_margin"):
+        SchedulerConfig(balanced_margin=0)
 
 
 def test_balanced_prefers_least_attained_service_within_a_level():

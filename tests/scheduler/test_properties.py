@@ -194,7 +194,7 @@ def worlds(draw, pending_most: int = 8, pending_least: int = 0) -> World:
             max_runtime=max_runtime, expected_duration=expected,
             stopping=draw(st.integers(0, 4)) == 0, min_replicas=min_replicas,
             grow_replicas=replicas[current:] if min_replicas is not None else (),
-            same_node=same_node, same_topology=same_topology,
+            same_node=same_node, same_topology=same_topology, preemptions=draw(st.integers(0, 3)),
         ))
     pending = []
     for job_id in range(100, 100 + draw(st.integers(pending_least, pending_most))):
@@ -226,6 +226,8 @@ def configs(draw, policy: str) -> SchedulerConfig:
         fair_share=draw(st.booleans()),
         topology_key=draw(st.sampled_from(("rack", ""))),
         min_run_before_preempt=float(draw(st.sampled_from((0, 300, 5_000)))),
+        preemption_budget=draw(st.sampled_from((None, 0, 1, 3))),
+        balanced_margin=draw(st.sampled_from((1, 2))),
     )
 
 
@@ -426,9 +428,10 @@ def _classes(policy: str, config: SchedulerConfig, job: PendingJob, run: Running
 
 
 def assert_preemptions_justified(snapshot: ClusterSnapshot, decisions: Decisions, now: float) -> None:
-    """A victim is one the policy ranks below the job it is preempted for (``balanced``: and
-    has run ``min_run_before_preempt``; from another queue with a quota: only while that
-    queue is over it), or a job of another queue that borrows beyond its
+    """A victim is one the policy ranks below the job it is preempted for and that is still
+    within its preemption budget (``balanced``: ``balanced_margin`` levels below it, and has
+    run ``min_run_before_preempt``; from another queue with a quota: only while that queue is
+    over it), or a job of another queue that borrows beyond its
     quota while the job's own queue has a quota to reclaim."""
     config = snapshot.config
     running = {run.job_id: run for run in snapshot.running}
@@ -453,7 +456,10 @@ def assert_preemptions_justified(snapshot: ClusterSnapshot, decisions: Decisions
             mine, their_class = _classes(config.policy, config, job, run, now)
             ranked = their_class > mine
             if config.policy == "balanced":
-                ranked = ranked and now - run.started_at >= config.min_run_before_preempt
+                ranked = (their_class >= mine + config.balanced_margin
+                          and now - run.started_at >= config.min_run_before_preempt)
+            budget = config.preemption_budget
+            ranked = ranked and (budget is None or run.preemptions < budget)
             if run.queue != job.queue and theirs is not None and theirs.quota is not None:
                 ranked = ranked and not usage[run.queue].fits_in(theirs.nominal)  # its quota is guaranteed
         assert reclaim or ranked, f"job {run.job_id} preempted for job {job.job_id} without cause: {preemption.reason}"
@@ -647,6 +653,7 @@ def test_rounds_in_sequence_keep_the_contract(policy: str, data) -> None:
     running = {run.job_id: run for run in world.running}
     now = world.now
     requeue: set[int] = set()
+    preempted_times = {run.job_id: run.preemptions for run in world.running}
     for round_number in range(ROUNDS):
         for job in later:
             if records[job.job_id].arrives == round_number:
@@ -665,6 +672,7 @@ def test_rounds_in_sequence_keep_the_contract(policy: str, data) -> None:
                 pending[run.job_id] = _requeue(records[run.job_id], run, now)
         for preemption in decisions.preemptions:
             running[preemption.job_id] = replace(running[preemption.job_id], stopping=True)
+            preempted_times[preemption.job_id] = preempted_times.get(preemption.job_id, 0) + 1
         requeue = {preemption.job_id for preemption in decisions.preemptions}
         for resize in decisions.resizes:
             run, record = running[resize.job_id], records[resize.job_id]
@@ -678,6 +686,7 @@ def test_rounds_in_sequence_keep_the_contract(policy: str, data) -> None:
                 min_replicas=job.min_replicas,
                 grow_replicas=record.replicas[len(start.placements):] if job.min_replicas is not None else (),
                 same_node=job.same_node, same_topology=job.same_topology,
+                preemptions=preempted_times.get(start.job_id, 0),
             )
         now += steps[round_number]
         for run in [run for run in running.values() if not run.stopping]:

@@ -16,7 +16,8 @@ from mlyard.server.settings import ServerSettings
 
 @pytest.fixture
 def environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> pytest.MonkeyPatch:
-    for variable in ("MLYARD_SCHEDULER_POLICY", "MLYARD_PREEMPT_MIN_RUN", "MLYARD_DATABASE_URL"):
+    for variable in ("MLYARD_SCHEDULER_POLICY", "MLYARD_PREEMPT_MIN_RUN", "MLYARD_PREEMPTION_BUDGET",
+                     "MLYARD_DATABASE_URL"):
         monkeypatch.delenv(variable, raising=False)
     monkeypatch.setenv("MLYARD_HOME", str(tmp_path))
     return monkeypatch
@@ -43,6 +44,16 @@ def test_a_policy_the_server_cannot_run_is_refused_naming_the_variable_and_the_c
     message = str(raised.value)
     assert "MLYARD_SCHEDULER_POLICY" in message and policy in message and ", ".join(LIVE_POLICIES) in message
     assert "\n" not in message
+
+
+def test_there_is_no_preemption_budget_unless_the_environment_sets_one(environment) -> None:
+    assert ServerSettings.from_environment().scheduler_config().preemption_budget is None
+    environment.setenv("MLYARD_PREEMPTION_BUDGET", "3")
+    assert ServerSettings.from_environment().scheduler_config().preemption_budget == 3
+    for bad in ("-1", "two", "2000000"):
+        environment.setenv("MLYARD_PREEMPTION_BUDGET", bad)
+        with pytest.raises(MlyardError, match="MLYARD_PREEMPTION_BUDGET"):
+            ServerSettings.from_environment()
 
 
 def test_an_unreadable_minimum_run_is_refused_naming_the_variable(environment) -> None:

@@ -1,4 +1,4 @@
-"""`mlyard sim` end to end: the table, the JSON file and one-line errors."""
+"""`mlyard sim` end to end: the table, the JSON file, load sweeps and one-line errors."""
 
 from __future__ import annotations
 
@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 
 from mlyard.cli import main
+from mlyard.scheduler import DEFAULT_POLICY
+from mlyard.sim import load_trace, offered, rescale
 
 MLYARD = str(Path(sys.executable).parent / "mlyard")
 ITP_HEADER = "job_id,submission_time,duration,num_gpu"
@@ -38,8 +40,10 @@ def test_two_policies_side_by_side_and_a_json_file(tmp_path: Path, tiny: Path):
     assert "avg JCT / fifo" in result.stdout and "2.3 min" in result.stdout  # FIFO's avg JCT: 140 s
     document = json.loads(out.read_text())
     assert document["cluster_gpus"] == 4 and document["nodes"] == 2 and document["options"]["tick"] == 10
+    assert document["options"]["preemption_budget"] is None  # each policy's own
     fifo, backfill = document["results"]
     assert (fifo["policy"], fifo["avg_jct"], fifo["jobs"]) == ("fifo", 140, 5)
+    assert fifo["load"] == backfill["load"] == 1 and [point["load"] for point in document["loads"]] == [1]
     assert backfill["avg_jct"] == 66 and backfill["avg_jct_vs_fifo"] == pytest.approx(66 / 140)
 
 
@@ -56,7 +60,16 @@ def test_two_policies_side_by_side_and_a_json_file(tmp_path: Path, tiny: Path):
         (["--trace", "{tiny}", "--format", "philly", "--gpus", "8", "--policy", "fifo"],
          "tiny.csv line 1: header lacks column 'timestamp'"),
         (["--trace", "{tiny}", "--format", "itp", "--policy", "fifo"], "--gpus is required for itp traces"),
-        (["--trace", "{tiny}", "--format", "itp", "--gpus", "8"], "give at least one --policy"),
+        (["--trace", "{tiny}", "--format", "itp", "--gpus", "8", "--load", "0,abc"],
+         "--load: '0' is not a positive number"),
+        (["--trace", "{tiny}", "--format", "itp", "--gpus", "8", "--load", "1,abc"], "--load: 'abc' is not a number"),
+        (["--trace", "{tiny}", "--format", "itp", "--gpus", "8", "--load=-0.5"],
+         "--load: '-0.5' is not a positive number"),
+        (["--trace", "{tiny}", "--format", "itp", "--gpus", "8", "--load", "0.5,"], "--load: '' is not a number"),
+        (["--trace", "{tiny}", "--format", "itp", "--gpus", "8", "--load", ",".join(["1"] * 17)],
+         "--load: at most 16 factors, not 17"),
+        (["--trace", "{tiny}", "--format", "itp", "--gpus", "8", "--preemption-budget=-1"],
+         "--preemption-budget must be 0 or more, not -1"),
         (["--format", "itp", "--gpus", "8", "--policy", "fifo"], "--trace is required"),
         (["--trace", "{tiny}", "--format", "itp", "--gpus", "8", "--policy", "fifo", "--tenants", "vc"],
          "--tenants vc needs a trace with that column"),
@@ -88,3 +101,48 @@ def test_the_installed_command_reports_a_malformed_trace_in_one_line(tmp_path: P
     result = mlyard_sim("--trace", str(bad), "--format", "philly", "--gpus", "8", "--policy", "fifo")
     assert result.returncode == 2
     assert result.stderr == "error: philly.csv line 2: duration 'abc' is not a number\n"
+
+
+def test_the_offered_load_is_gpu_time_over_cluster_time_and_scales_with_the_factor(tiny: Path):
+    jobs = load_trace(tiny, "itp", tenants="none")
+    # 2·100 + 4·50 + 1·30 + 2·20 + 1·10 = 480 GPU-seconds over 30 s of arrivals on 4 GPUs.
+    assert offered(jobs, 4).offered_load == pytest.approx(4.0)
+    faster = offered(jobs, 4, load=2)
+    assert (faster.gpu_seconds, faster.arrival_span, faster.offered_load) == (480, 15, pytest.approx(8.0))
+    assert offered(jobs, 4, load=0.5).offered_load == pytest.approx(2.0)
+    assert [job.submitted_at for job in rescale(jobs, 2)] == [0, 0, 5, 10, 15]
+    assert [job.duration for job in rescale(jobs, 2)] == [job.duration for job in jobs]
+    with pytest.raises(ValueError, match="positive"):
+        rescale(jobs, 0)
+
+
+def test_a_load_sweep_gives_a_table_per_load_with_faster_arrivals_at_higher_load(tmp_path: Path, tiny: Path):
+    out = tmp_path / "sweep.json"
+    result = mlyard_sim("--trace", str(tiny), "--format", "itp", "--gpus", "4", "--gpus-per-node", "2",
+                        "--policy", "fifo", "--tick", "10", "--load", "0.5,2", "--json", str(out))
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert sum("metric" in line for line in lines) == 2
+    slow = lines.index("load 0.5: offered load 2.00 = 0.133 GPU-h / (4 GPUs × 60 s of arrivals)")
+    fast = lines.index("load 2: offered load 8.00 = 0.133 GPU-h / (4 GPUs × 15 s of arrivals)")
+    assert slow < fast and "at load 0.5" in lines[slow + 1] and "at load 2" in lines[fast + 1]
+    document = json.loads(out.read_text())
+    assert [(point["load"], point["arrival_span"], point["offered_load"]) for point in document["loads"]] == [
+        (0.5, 60, 2), (2, 15, 8)]
+    at_half, at_double = document["results"]
+    assert (at_half["load"], at_double["load"]) == (0.5, 2) and at_double["offered_load"] == 8
+    # The same jobs arriving four times as fast wait longer for the same GPUs.
+    assert at_double["avg_queueing"] > at_half["avg_queueing"]
+
+
+def test_without_a_policy_the_servers_default_is_replayed_and_named(tmp_path: Path, tiny: Path, capsys,
+                                                                       monkeypatch):
+    out = tmp_path / "default.json"
+    monkeypatch.setattr(sys, "argv", ["mlyard", "sim", "--trace", str(tiny), "--format", "itp", "--gpus", "4",
+                                      "--gpus-per-node", "2", "--tick", "10", "--json", str(out)])
+    with pytest.raises(SystemExit) as exited:
+        main()
+    assert exited.value.code in (0, None)
+    captured = capsys.readouterr()
+    assert captured.out.splitlines()[0] == f"policy: {DEFAULT_POLICY} (the server's default)"
+    assert [result["policy"] for result in json.loads(out.read_text())["results"]] == [DEFAULT_POLICY]

@@ -22,8 +22,9 @@ started, then their user's share) when ``fair_share`` is on, then by age.
 * ``balanced``: least-attained-service on a fine geometric ladder of queues
   (``balanced_base`` × ``balanced_ratio``^k GPU-seconds), fair share and then
   least attained service inside a queue, the same starvation guard, preemption
-  only of jobs that have run ``min_run_before_preempt`` since they started (a
-  preemption costs a checkpoint and a restart), and packing-aware placement.
+  only of jobs ``balanced_margin`` levels below and that have run
+  ``min_run_before_preempt`` since they started (a preemption costs a checkpoint and
+  a restart), and packing-aware placement.
 """
 
 from __future__ import annotations
@@ -255,7 +256,7 @@ class Balanced(Las):
 
     def may_preempt(self, mine: float, victim: RunningJob, theirs: float, now: float,
                     config: SchedulerConfig) -> bool:
-        return theirs > mine and now - victim.started_at >= config.min_run_before_preempt
+        return theirs >= mine + config.balanced_margin and now - victim.started_at >= config.min_run_before_preempt
 
 
 _LADDERS: dict[tuple[float, float, int], tuple[float, ...]] = {}

@@ -244,6 +244,8 @@ class RunningJob:
     ``min_replicas`` and, in ``grow_replicas``, the requests of the replicas it could
     still add (in order), so the scheduler can grow or shrink it; what it adds keeps to
     its placement constraints (``same_node``, ``same_topology``, as ``PendingJob``'s).
+    ``preemptions``: how often the job was preempted before, weighed against
+    ``SchedulerConfig.preemption_budget``.
     """
 
     job_id: int
@@ -260,6 +262,7 @@ class RunningJob:
     stopping: bool = False
     min_replicas: int | None = None
     grow_replicas: tuple[ReplicaRequest, ...] = ()
+    preemptions: int = 0
     same_node: bool = False
     same_topology: str | None = None
 

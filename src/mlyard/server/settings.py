@@ -77,6 +77,14 @@ def _count(variable: str, value: str) -> int:
     return int(value)
 
 
+def _budget(value: str) -> int | None:
+    if not value.strip():
+        return None
+    if not value.strip().isdigit() or int(value) > 1_000_000:
+        raise MlyardError(f"MLYARD_PREEMPTION_BUDGET: {value!r} is not a whole number from 0 to 1000000")
+    return int(value)
+
+
 @dataclass(frozen=True)
 class ServerSettings:
     paths: Paths
@@ -114,6 +122,9 @@ class ServerSettings:
     """How the scheduler orders and preempts (MLYARD_SCHEDULER_POLICY): one of `LIVE_POLICIES`."""
     preempt_min_run_seconds: float = DEFAULT_PREEMPT_MIN_RUN
     """A job runs at least this long before a preemption for fairness (MLYARD_PREEMPT_MIN_RUN)."""
+    preemption_budget: int | None = None
+    """How often one job may be preempted for the policy's ordering (MLYARD_PREEMPTION_BUDGET,
+    0 to 1000000); None: the policy's own (`SchedulerConfig.preemption_budget`)."""
     idle_tick_seconds: float = 1.0
     busy_tick_seconds: float = 0.1
     pass_gap_seconds: float = 0.1
@@ -203,7 +214,8 @@ class ServerSettings:
                               f"can run; choose one of {', '.join(LIVE_POLICIES)}")
 
     def scheduler_config(self) -> SchedulerConfig:
-        return SchedulerConfig(policy=self.scheduler_policy, min_run_before_preempt=self.preempt_min_run_seconds)
+        return SchedulerConfig(policy=self.scheduler_policy, min_run_before_preempt=self.preempt_min_run_seconds,
+                               preemption_budget=self.preemption_budget)
 
     def snapshot_limits(self) -> UnpackLimits:
         """What an uploaded code snapshot may unpack to."""
@@ -265,6 +277,7 @@ class ServerSettings:
             scheduler_policy=environment.get("MLYARD_SCHEDULER_POLICY", "").strip() or DEFAULT_POLICY,
             preempt_min_run_seconds=(_duration_or_zero("MLYARD_PREEMPT_MIN_RUN", min_run) if min_run
                                      else DEFAULT_PREEMPT_MIN_RUN),
+            preemption_budget=_budget(environment.get("MLYARD_PREEMPTION_BUDGET", "")),
             sample_interval_seconds=(_duration_or_zero("MLYARD_SAMPLE_INTERVAL", interval) if interval
                                      else DEFAULT_SAMPLE_INTERVAL),
             raw_sample_retention_seconds=(_duration("MLYARD_SAMPLE_RETENTION", raw_retention) if raw_retention

@@ -3,7 +3,8 @@
 ``load_trace`` reads a public trace, ``simulate`` replays it through the real,
 pure scheduler on a simulated cluster, ``summarize`` turns the outcome into the
 metrics policies are compared by. ``Scenario``/``replay`` tie the three together
-the way the CLI (``mlyard sim``) and ``bench/sched_replay.py`` use them.
+the way the CLI (``mlyard sim``) and ``bench/sched_replay.py`` use them; ``rescale``
+and ``offered`` replay a trace at another load and say what load it offers.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from pathlib import Path
 from .cluster import ClusterError, queues, synthetic_nodes, trace_nodes
 from .simulator import EngineOptions, JobOutcome, Progress, SimulationResult, simulate
 from .ledger import SimulationError
+from .load import Offered, offered, rescale
 from .measures import Metrics, percentile, summarize
 from .traces import (
     FORMATS,
@@ -32,6 +34,7 @@ __all__ = [
     "EngineOptions",
     "JobOutcome",
     "Metrics",
+    "Offered",
     "Scenario",
     "SimulationError",
     "SimulationResult",
@@ -40,8 +43,10 @@ __all__ = [
     "TraceNode",
     "load_openb_nodes",
     "load_trace",
+    "offered",
     "percentile",
     "replay",
+    "rescale",
     "simulate",
     "summarize",
 ]
@@ -64,9 +69,13 @@ class Scenario:
     preempt_grace: float = 30.0
     restart_overhead: float = 60.0
     runtime_estimate: float = 1.0
+    load: float = 1.0
+    """Interarrival times are divided by it (see ``load.rescale``); durations stay."""
+    preemption_budget: int | None = None
+    """``SchedulerConfig.preemption_budget``: None, the policy's own."""
 
     def jobs(self) -> list[TraceJob]:
-        jobs = load_trace(self.trace, self.fmt, tenants=self.tenants, limit=self.limit)
+        jobs = rescale(load_trace(self.trace, self.fmt, tenants=self.tenants, limit=self.limit), self.load)
         if self.gpus is not None:
             # A synthetic cluster's GPUs have no model, so model constraints could never be met.
             jobs = [replace(job, gpu_models=()) if job.gpu_models else job for job in jobs]
@@ -85,7 +94,8 @@ class Scenario:
     def options(self, policy: str) -> EngineOptions:
         return EngineOptions(policy=policy, tick=self.tick, requeue_interval=self.requeue_interval,
                              preempt_grace=self.preempt_grace, restart_overhead=self.restart_overhead,
-                             runtime_estimate=self.runtime_estimate, gpus_per_node=self.gpus_per_node)
+                             runtime_estimate=self.runtime_estimate, gpus_per_node=self.gpus_per_node,
+                             preemption_budget=self.preemption_budget)
 
 
 def replay(scenario: Scenario, policy: str, progress: Progress | None = None,

@@ -2,7 +2,9 @@
 
 Policies sit side by side because the point of a replay is the comparison; when
 ``fifo`` is among them, each policy's average JCT is also given as a ratio to
-FIFO's, the baseline every other policy is meant to beat.
+FIFO's, the baseline every other policy is meant to beat. A load sweep gives one
+table per load, so the columns still compare policies on the same arrivals, and
+the ratio to FIFO is taken within each load.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from pathlib import Path
 
 from rich.table import Table
 
+from .load import Offered
 from .measures import Metrics
 
 
@@ -67,7 +70,8 @@ def fifo_ratio(results: Sequence[Metrics]) -> dict[str, float]:
 
 
 def table(results: Sequence[Metrics], title: str) -> Table:
-    table = Table(title=title, header_style="bold")
+    # As wide as its title: a narrow table (one policy) would otherwise wrap the title mid-phrase.
+    table = Table(title=title, header_style="bold", min_width=len(title))
     table.add_column("metric")
     for result in results:
         table.add_column(result.policy, justify="right")
@@ -79,18 +83,36 @@ def table(results: Sequence[Metrics], title: str) -> Table:
     return table
 
 
-def document(results: Sequence[Metrics], **context: object) -> dict[str, object]:
+def offered_line(offered: Offered) -> str:
+    """The offered load and the figures it comes from, for the line above a table."""
+    hours = offered.gpu_seconds / 3600
+    shown = f"{hours:,.0f}" if hours >= 100 else f"{hours:.3g}"
+    ratio = offered.offered_load
+    figure = "-" if math.isnan(ratio) else f"{ratio:.2f}"
+    return (f"offered load {figure} = {shown} GPU-h / "
+            f"({offered.cluster_gpus:,} GPUs × {duration(offered.arrival_span)} of arrivals)")
+
+
+def _rows(results: Sequence[Metrics], **extra: object) -> list[dict[str, object]]:
     ratios = fifo_ratio(results)
-    return {
-        **context,
-        "results": [
-            {**result.as_dict(), **({"avg_jct_vs_fifo": ratios[result.policy]} if ratios else {})}
-            for result in results
-        ],
-    }
+    return [{**result.as_dict(), **extra, **({"avg_jct_vs_fifo": ratios[result.policy]} if ratios else {})}
+            for result in results]
 
 
-def write_json(path: Path, results: Sequence[Metrics], **context: object) -> None:
-    """Write the results (and ``context``: trace, cluster, options) as one JSON document."""
-    text = json.dumps(document(results, **context), indent=2, default=str) + "\n"
+def document(results: Sequence[Metrics], **context: object) -> dict[str, object]:
+    return {**context, "results": _rows(results)}
+
+
+def sweep_document(sweep: Sequence[tuple[Offered, Sequence[Metrics]]], **context: object) -> dict[str, object]:
+    """One document for every load: each result carries its ``load`` and ``offered_load``."""
+    results = []
+    for offered, metrics in sweep:
+        figures = offered.as_dict()
+        results += _rows(metrics, load=offered.load, offered_load=figures["offered_load"])
+    return {**context, "loads": [offered.as_dict() for offered, _ in sweep], "results": results}
+
+
+def write_json(path: Path, sweep: Sequence[tuple[Offered, Sequence[Metrics]]], **context: object) -> None:
+    """Write the results of every load (and ``context``: trace, cluster, options) as one JSON document."""
+    text = json.dumps(sweep_document(sweep, **context), indent=2, default=str) + "\n"
     path.write_text(text)

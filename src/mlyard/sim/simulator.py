@@ -69,11 +69,14 @@ class EngineOptions:
     restart_overhead: float = 60.0
     runtime_estimate: float = 1.0
     gpus_per_node: int = 8
+    preemption_budget: int | None = None
+    """``SchedulerConfig.preemption_budget``: None, the policy's own."""
     check_every_round: bool = False
     """Re-audit the whole ledger after each call (slow; for tests)."""
 
     def __post_init__(self) -> None:
-        SchedulerConfig(policy=self.policy)  # an unknown policy fails here, before any work
+        # An unknown policy or a negative budget fails here, before any work.
+        SchedulerConfig(policy=self.policy, preemption_budget=self.preemption_budget)
         if self.tick <= 0 or self.requeue_interval < 0 or self.preempt_grace < 0 or self.restart_overhead < 0:
             raise ValueError("tick must be > 0; requeue_interval, preempt_grace and restart_overhead >= 0")
         if self.runtime_estimate <= 0:
@@ -118,7 +121,7 @@ def simulate(jobs: Sequence[TraceJob], nodes: Sequence[Node], options: EngineOpt
     ``rejected`` with the reason. Raises ``SimulationError`` when a decision is
     impossible or the policy leaves jobs waiting on an idle cluster forever.
     """
-    config = config or SchedulerConfig(policy=options.policy, explain=False)
+    config = config or SchedulerConfig(policy=options.policy, explain=False, preemption_budget=options.preemption_budget)
     return _Engine(jobs, tuple(nodes), options, tuple(queues), config, decide, progress).run()
 
 
@@ -334,6 +337,7 @@ class _Engine:
             attained_service=state.attained_service, attained_time=state.attained_time,
             max_runtime=job.duration * self.options.runtime_estimate, expected_duration=job.duration,
             stopping=state.stopping, min_replicas=state.job_min_replicas, grow_replicas=grow,
+            preemptions=state.preemptions,
         )
 
 

@@ -440,6 +440,11 @@ def test_a_preempted_job_gets_its_own_grace_then_is_queued_again_and_resumes(wor
     assert second.replicas[0].env["MLYARD_CHECKPOINT_DIR"] == first.replicas[0].env["MLYARD_CHECKPOINT_DIR"]
     info = jobs.get_job(database, ADMIN, low)
     assert info.preemption_count == 1 and info.attempts[0].stop_outcome is JobStatus.PREEMPTED
+    # The scheduler sees the count, which the preemption budget is weighed against.
+    script = Script(controller)
+    controller.reconcile_once()
+    [again] = [run for run in script.snapshots[-1].running if run.job_id == low]
+    assert again.preemptions == 1
 
 
 @pytest.mark.parametrize("signalled", [False, True], ids=["before-sigterm", "after-sigterm"])

@@ -95,6 +95,7 @@ def running_job(attempt: AttemptRow, spec: JobSpec) -> RunningJob:
         max_runtime=spec.max_runtime,
         stopping=attempt.stop_requested_at is not None,
         min_replicas=spec.elastic.min_replicas if elastic else None,
+        preemptions=job.preemption_count or 0,
         grow_replicas=tuple(
             request for request in replica_requests(spec) if (request.role, request.index) not in held
         ) if elastic else (),
