@@ -124,7 +124,7 @@ def test_a_job_is_preempted_for_the_ordering_no_more_often_than_the_budget():
     assert preempted(run("priority", nodes, [once], urgent, preemption_budget=1)) == []
 
 
-def test_a_job_past_its_budget_still_gives_back_a_borrowed_quota_and_still_shrinks():
+def test_a_job_past_its_budget_still_gives_back_a_borrowed_quota_but_is_not_shrunk_for_the_ordering():
     nodes = [gpu_node("a", 4)]
     queues = [Queue("nlp", quota=Amounts.limit(gpu=2)), Queue("vision", quota=Amounts.limit(gpu=2))]
     # Vision borrows two of nlp's GPUs with a job preempted as often as the budget allows.
@@ -134,8 +134,11 @@ def test_a_job_past_its_budget_still_gives_back_a_borrowed_quota_and_still_shrin
     assert preempted(run("balanced", nodes, [borrower], owed, queues, preemption_budget=1)) == [1]
     elastic = RunningJob(1, borrower.placements, started_at=0, attained_service=10**6, preemptions=5,
                          min_replicas=2)
-    decisions = run("balanced", nodes, [elastic], [pending(2, 2, per_replica=2)], preemption_budget=1)
-    assert preempted(decisions) == [] and [r.job_id for r in decisions.resizes] == [1]
+    newcomer = [pending(2, 2, per_replica=2)]
+    assert [r.job_id for r in run("balanced", nodes, [replace(elastic, preemptions=0)], newcomer,
+                                  preemption_budget=1).resizes] == [1]
+    decisions = run("balanced", nodes, [elastic], newcomer, preemption_budget=1)
+    assert preempted(decisions) == [] and decisions.resizes == ()
 
 
 def test_balanced_preempts_only_a_job_two_levels_below_unless_the_margin_says_otherwise():

@@ -50,7 +50,7 @@ def test_there_is_no_preemption_budget_unless_the_environment_sets_one(environme
     assert ServerSettings.from_environment().scheduler_config().preemption_budget is None
     environment.setenv("MLYARD_PREEMPTION_BUDGET", "3")
     assert ServerSettings.from_environment().scheduler_config().preemption_budget == 3
-    for bad in ("-1", "two", "2000000"):
+    for bad in ("-1", "two", "2000000", "²", "٣"):
         environment.setenv("MLYARD_PREEMPTION_BUDGET", bad)
         with pytest.raises(MlyardError, match="MLYARD_PREEMPTION_BUDGET"):
             ServerSettings.from_environment()

@@ -361,8 +361,7 @@ class Client:
     def environments(self, project: str | None = None) -> list[EnvironmentInfo]:
         from mlyard.api.environments import EnvironmentInfo
         params = {"project": project} if project else None
-        return _list_of(EnvironmentInfo, 
-            self._request("GET", "/environments", params=params).json())
+        return _list_of(EnvironmentInfo, self._request("GET", "/environments", params=params).json())
 
     def environment(self, name: str) -> EnvironmentInfo:
         from mlyard.api.environments import EnvironmentInfo

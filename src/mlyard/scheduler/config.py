@@ -35,11 +35,12 @@ class SchedulerConfig:
     switch); multi-node gangs prefer nodes sharing it. ``fair_share``: order equals
     by the dominant-resource share of their queue and user. ``explain``: produce a
     wait reason for every job that does not start (a simulator switches it off).
-    ``preemption_budget``: how many times a job may be preempted for the policy's ordering
-    (LAS demotion, fair share, priority); one preempted that often runs on until it ends.
-    A queue reclaiming its guaranteed quota still may take it, and shrinking an elastic job
-    does not count. None: no budget, the default, since a budget moves preemptions onto
-    other jobs more than it saves them (docs/simulator.md, "Preemption: where the default lost").
+    ``preemption_budget``: a job preempted this many times (``RunningJob.preemptions``, any
+    preemption, quota reclaims included; resizes are not counted) is neither preempted nor
+    shrunk again for the policy's ordering (LAS demotion, fair share, priority) and runs on
+    until it ends; a queue reclaiming its guaranteed quota may still take it. None: no
+    budget, the default, since a budget moves preemptions onto other jobs more than it saves
+    them (docs/simulator.md, "Preemption: where the default lost").
     """
 
     policy: str = DEFAULT_POLICY

@@ -26,26 +26,24 @@ def find_victims(state: RoundState, job: PendingJob, klass: float, demand) -> li
                                        and policy.may_preempt(klass, run, theirs, now, config)])
             state.eligible[klass] = memo
         by_policy = memo[1]
-    eligible = [run for _, run in by_policy]
+    whole = [run for _, run in by_policy]
+    if config.preemption_budget is not None:
+        # Past its budget a job is left alone by the ordering: shrinking is a restart too on a
+        # server. A queue reclaiming its quota may still take it (below).
+        whole = [run for run in whole if run.preemptions < config.preemption_budget]
     victims: list[Victim] = [
         Victim(run, run.placements[run.min_replicas :], run.placements[: run.min_replicas], "policy")
-        for run in eligible if run.min_replicas is not None and len(run.placements) > run.min_replicas
+        for run in whole if run.min_replicas is not None and len(run.placements) > run.min_replicas
     ]
-    # The budget bounds preemptions only: a job past it may still shrink, and still gives
-    # back a quota it borrowed.
-    budget = config.preemption_budget
-    whole = eligible if budget is None else [run for run in eligible if run.preemptions < budget]
     victims += _whole(state, whole, "policy")
     if state.may_reclaim(job, demand):
         seen = {run.job_id for run in whole}
-        shrinking = {run.job_id for run in eligible}  # already offered to shrink above
         if state.reclaim_pool is None:  # borrowers as the round began: victims stay in the book
             state.reclaim_pool = reclaim_victim_order(state.book, state.snapshot.running)
         borrowers = [run for run in state.reclaim_pool
                      if run.job_id not in seen and run.job_id not in state.taken and run.queue != job.queue]
         shrinkable = [Victim(run, run.placements[run.min_replicas :], run.placements[: run.min_replicas], "reclaim")
-                      for run in borrowers if run.min_replicas is not None and len(run.placements) > run.min_replicas
-                      and run.job_id not in shrinking]
+                      for run in borrowers if run.min_replicas is not None and len(run.placements) > run.min_replicas]
         victims = shrinkable + victims + _whole(state, borrowers, "reclaim")
     return victims
 
@@ -111,20 +109,12 @@ def _candidates(state: RoundState, job: PendingJob, klass: float, demand: Amount
         victims = [victim for victim in cached[1] if victim.job.job_id not in taken]
     gpus, cores, memory = state.future_view().totals()
     known = state.held_by_run
-    going = set()
     for victim in victims:  # hundreds of running jobs: summed in place, no Amounts each
         if victim.keep is None:  # then it releases all it holds
-            going.add(victim.job.job_id)
             held = known.get(id(victim.job)) or _held(state, victim.job)
             gpus += held[0]
             cores += held[1]
             memory += held[2]
-    for victim in victims:  # a job past its preemption budget only shrinks: what that frees
-        if victim.keep is not None and victim.job.job_id not in going:
-            for placement in victim.release:
-                gpus += len(placement.gpu_ids)
-                cores += len(placement.cpu_ids)
-                memory += placement.memory_bytes
     have = [gpus, cores, memory]
     state.victim_cache[(klass, reclaim)] = (stamp, victims, have)
     return victims, have

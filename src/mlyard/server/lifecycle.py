@@ -30,6 +30,9 @@ from mlyard.spec import JobSpec, JobStatus, can_transition
 GONE = ("exited", "lost")
 """Replica states after which nothing of the replica runs."""
 REQUEUED = "requeued; resumes from its checkpoint"
+RESIZE_REASON = "resize to "
+"""How the stop of a resize begins its reason: it goes the way of a preemption, but is not counted
+as one (`preemption_count`, weighed against the scheduler's preemption budget)."""
 CANCELLED_BY_REQUEST = "cancelled by request"
 _ATTEMPT_LEFT_BEHIND = frozenset({JobStatus.RESTARTING, JobStatus.PREEMPTED})
 
@@ -132,7 +135,8 @@ def finish_stop(session: Session, attempt: AttemptRow, spec: JobSpec, now: float
         switch_status(session, job, JobStatus.PREEMPTED, message=reason, now=now)
         switch_status(session, job, JobStatus.QUEUED, message=REQUEUED, now=now)
         job.queued_since = now
-        job.preemption_count = (job.preemption_count or 0) + 1
+        if not (reason or "").startswith(RESIZE_REASON):  # a resize restarts the job but preempts nothing
+            job.preemption_count = (job.preemption_count or 0) + 1
         job.wait_reason = None
     else:
         if outcome is JobStatus.SUCCEEDED:  # the success policy was met: the others' codes do not count

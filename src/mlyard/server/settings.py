@@ -72,7 +72,7 @@ def _on_or_off(environment: Mapping[str, str], variable: str, default: bool) -> 
 
 
 def _count(variable: str, value: str) -> int:
-    if not value.strip().isdigit() or not 1 <= int(value) <= 100_000:
+    if not (value.strip().isascii() and value.strip().isdigit()) or not 1 <= int(value) <= 100_000:
         raise MlyardError(f"{variable}: {value!r} is not a whole number from 1 to 100000")
     return int(value)
 
@@ -80,7 +80,7 @@ def _count(variable: str, value: str) -> int:
 def _budget(value: str) -> int | None:
     if not value.strip():
         return None
-    if not value.strip().isdigit() or int(value) > 1_000_000:
+    if not (value.strip().isascii() and value.strip().isdigit()) or int(value) > 1_000_000:
         raise MlyardError(f"MLYARD_PREEMPTION_BUDGET: {value!r} is not a whole number from 0 to 1000000")
     return int(value)
 

@@ -492,6 +492,7 @@ def test_a_resize_restarts_the_job_through_the_queue(world) -> None:
         ("PREEMPTED", "resize to 1 replica: shrinks to make room for job 9"),
         ("QUEUED", "requeued; resumes from its checkpoint"),
     ]
+    assert job_row(database, elastic).preemption_count == 0, "a resize is no preemption"
     controller.reconcile_once()
     assert backend.launches[-1].job_id == elastic and backend.launches[-1].attempt == 2
 

@@ -49,7 +49,16 @@ from mlyard.server.store.rows import (
 )
 from mlyard.server.services.nodes import record_nodes
 from mlyard.server.loop import Loop
-from mlyard.server.lifecycle import GONE, abandon, finish_stop, preemption_unsignalled, request_stop, succeed, switch_status
+from mlyard.server.lifecycle import (
+    GONE,
+    RESIZE_REASON,
+    abandon,
+    finish_stop,
+    preemption_unsignalled,
+    request_stop,
+    succeed,
+    switch_status,
+)
 from mlyard.server.settings import ServerSettings
 from mlyard.spec import JobSpec, JobStatus
 from mlyard.storage import BlobStore
@@ -309,7 +318,7 @@ class Controller:
                 # A resize is a checkpoint-restart: the job is queued again and the next round
                 # starts it at whatever size the scheduler then chooses.
                 size = len(resize.placements)
-                reason = f"resize to {size} replica{'' if size == 1 else 's'}: {resize.reason}"
+                reason = f"{RESIZE_REASON}{size} replica{'' if size == 1 else 's'}: {resize.reason}"
                 stopped |= self._stop_for_scheduler(session, resize.job_id, reason, now)
             if reasons:
                 jobs = JobRow.__table__
