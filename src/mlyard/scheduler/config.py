@@ -28,9 +28,10 @@ class SchedulerConfig:
     ``balanced`` policy; ``balanced_margin``: how many of its levels a running job must sit
     below a waiting one to be preempted for it (1: any lower level, as ``las``). A margin of 2
     keeps jobs of about the same age from preempting each other round after round (measured
-    in docs/simulator.md: the same or a lower avg JCT, 15–30% fewer preemptions). ``min_run_before_preempt``: a job that has run for less than
-    this since it last started is not preempted by ``las`` or ``balanced`` (preemption
-    costs a checkpoint and a restart, so thrashing is worse than waiting).
+    in docs/simulator.md: the same or a lower avg JCT, 15–30% fewer preemptions).
+    ``min_run_before_preempt``: a job that has run for less than this since it last started
+    is not preempted by ``las`` or ``balanced`` (preemption costs a checkpoint and a restart,
+    so thrashing is worse than waiting).
     ``topology_key``: node label whose equal values mean "close" (same rack, same
     switch); multi-node gangs prefer nodes sharing it. ``fair_share``: order equals
     by the dominant-resource share of their queue and user. ``explain``: produce a

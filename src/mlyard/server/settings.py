@@ -71,17 +71,10 @@ def _on_or_off(environment: Mapping[str, str], variable: str, default: bool) -> 
     return default if not value else value == "on"
 
 
-def _count(variable: str, value: str) -> int:
-    if not (value.strip().isascii() and value.strip().isdigit()) or not 1 <= int(value) <= 100_000:
-        raise MlyardError(f"{variable}: {value!r} is not a whole number from 1 to 100000")
-    return int(value)
-
-
-def _budget(value: str) -> int | None:
-    if not value.strip():
-        return None
-    if not (value.strip().isascii() and value.strip().isdigit()) or int(value) > 1_000_000:
-        raise MlyardError(f"MLYARD_PREEMPTION_BUDGET: {value!r} is not a whole number from 0 to 1000000")
+def _count(variable: str, value: str, low: int = 1, high: int = 100_000) -> int:
+    # isascii: str.isdigit() also takes digits such as '²', which int() refuses.
+    if not (value.strip().isascii() and value.strip().isdigit()) or not low <= int(value) <= high:
+        raise MlyardError(f"{variable}: {value!r} is not a whole number from {low} to {high}")
     return int(value)
 
 
@@ -124,7 +117,7 @@ class ServerSettings:
     """A job runs at least this long before a preemption for fairness (MLYARD_PREEMPT_MIN_RUN)."""
     preemption_budget: int | None = None
     """How often one job may be preempted for the policy's ordering (MLYARD_PREEMPTION_BUDGET,
-    0 to 1000000); None: the policy's own (`SchedulerConfig.preemption_budget`)."""
+    0 to 1000000); None: no budget (`SchedulerConfig.preemption_budget`)."""
     idle_tick_seconds: float = 1.0
     busy_tick_seconds: float = 0.1
     pass_gap_seconds: float = 0.1
@@ -248,6 +241,7 @@ class ServerSettings:
         snapshot_cap = environment.get("MLYARD_MAX_SNAPSHOT")
         unpacked_cap = environment.get("MLYARD_MAX_SNAPSHOT_UNPACKED_BYTES")
         min_run = environment.get("MLYARD_PREEMPT_MIN_RUN")
+        budget = environment.get("MLYARD_PREEMPTION_BUDGET", "").strip()
         interval = environment.get("MLYARD_SAMPLE_INTERVAL")
         raw_retention = environment.get("MLYARD_SAMPLE_RETENTION")
         minute_retention = environment.get("MLYARD_SAMPLE_RETENTION_1M")
@@ -277,7 +271,7 @@ class ServerSettings:
             scheduler_policy=environment.get("MLYARD_SCHEDULER_POLICY", "").strip() or DEFAULT_POLICY,
             preempt_min_run_seconds=(_duration_or_zero("MLYARD_PREEMPT_MIN_RUN", min_run) if min_run
                                      else DEFAULT_PREEMPT_MIN_RUN),
-            preemption_budget=_budget(environment.get("MLYARD_PREEMPTION_BUDGET", "")),
+            preemption_budget=(_count("MLYARD_PREEMPTION_BUDGET", budget, 0, 1_000_000) if budget else None),
             sample_interval_seconds=(_duration_or_zero("MLYARD_SAMPLE_INTERVAL", interval) if interval
                                      else DEFAULT_SAMPLE_INTERVAL),
             raw_sample_retention_seconds=(_duration("MLYARD_SAMPLE_RETENTION", raw_retention) if raw_retention

@@ -72,7 +72,7 @@ class Scenario:
     load: float = 1.0
     """Interarrival times are divided by it (see ``load.rescale``); durations stay."""
     preemption_budget: int | None = None
-    """``SchedulerConfig.preemption_budget``: None, the policy's own."""
+    """``SchedulerConfig.preemption_budget``: None, no budget."""
 
     def jobs(self) -> list[TraceJob]:
         jobs = rescale(load_trace(self.trace, self.fmt, tenants=self.tenants, limit=self.limit), self.load)

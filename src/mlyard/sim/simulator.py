@@ -70,7 +70,7 @@ class EngineOptions:
     runtime_estimate: float = 1.0
     gpus_per_node: int = 8
     preemption_budget: int | None = None
-    """``SchedulerConfig.preemption_budget``: None, the policy's own."""
+    """``SchedulerConfig.preemption_budget``: None, no budget."""
     check_every_round: bool = False
     """Re-audit the whole ledger after each call (slow; for tests)."""
 
@@ -121,7 +121,8 @@ def simulate(jobs: Sequence[TraceJob], nodes: Sequence[Node], options: EngineOpt
     ``rejected`` with the reason. Raises ``SimulationError`` when a decision is
     impossible or the policy leaves jobs waiting on an idle cluster forever.
     """
-    config = config or SchedulerConfig(policy=options.policy, explain=False, preemption_budget=options.preemption_budget)
+    config = config or SchedulerConfig(policy=options.policy, explain=False,
+                                       preemption_budget=options.preemption_budget)
     return _Engine(jobs, tuple(nodes), options, tuple(queues), config, decide, progress).run()
 
 
