@@ -4,6 +4,7 @@ with `GET /api/v1/audit` and `mlyard audit`."""
 
 from __future__ import annotations
 
+import concurrent.futures
 import itertools
 import json
 import subprocess
@@ -193,3 +194,29 @@ def test_bad_queries_are_refused_naming_the_field(server: RunningServer, query: 
         answer = http.get("/audit", params=query)
     assert answer.status_code == 422, answer.text
     assert field in [detail["field"].split(".")[-1] for detail in answer.json()["details"]]
+
+
+def test_submissions_at_once_each_leave_their_own_row_with_their_own_answer(server: RunningServer) -> None:
+    # Submissions that arrive together are stored in one transaction (`group_commit.py`); each
+    # request's row still says who sent it and what it was answered, a refused one too.
+    queue = f"audit-hold-{server.port}"
+    with server.client() as client:
+        client.set_queue(queue, HOLD)
+    users = [new_user(server) for _ in range(3)]
+    with api(server, server.token()) as admin:
+        for name, _token in users:
+            admin.put(f"/projects/default/members/{name}", json={"role": "member"}).raise_for_status()
+    marker = newest_id(server)
+
+    def submit(index: int) -> int:
+        _name, token = users[index % len(users)]
+        job = {"name": f"at-once-{index}", "command": ["true"], "queue": queue if index != 4 else "no-such-queue"}
+        with api(server, token) as http:
+            return http.post("/jobs", json=job).status_code
+
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        statuses = list(pool.map(submit, range(8)))
+    assert statuses == [201] * 4 + [422] + [201] * 3
+    rows = [event for event in events_after(server, marker) if event.route == "/api/v1/jobs"]
+    expected = sorted((users[index % len(users)][0], status) for index, status in enumerate(statuses))
+    assert sorted((event.actor, event.status) for event in rows) == expected

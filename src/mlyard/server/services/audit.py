@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from sqlalchemy import delete, or_, select, update
+from sqlalchemy import delete, insert, or_, select, update
 from sqlalchemy.orm import Session
 
 from mlyard.api.audit import DEFAULT_PAGE, AuditEvent, AuditPage
@@ -50,10 +50,8 @@ def add(session: Session, event: Event) -> int:
     values = asdict(event)
     values.update(actor=_clip(event.actor, 160), method=_clip(event.method, 10), route=_clip(event.route, 255),
                   target=_clip(event.target, 255), address=_clip(event.address, 64))
-    row = AuditEventRow(**values)
-    session.add(row)
-    session.flush()
-    return row.id
+    # A Core insert: the ORM's flush of one row costs several times the statement.
+    return session.execute(insert(AuditEventRow).values(**values).returning(AuditEventRow.id)).scalar_one()
 
 
 def correct_status(database: Database, event_id: int, status: int) -> None:

@@ -4,7 +4,8 @@ idempotency keys that make a retry return the jobs the first request created.
 A single submission and a batch take the same path: every job is checked as a single
 submission is (its queue, its project and the caller's role there, its snapshot, its
 environment, whether any node could ever hold it, its image), then all are stored in one
-transaction, or none. An error about a batch item names it: field `jobs.3.spec.queue`, message
+transaction, or none. Requests that submit at the same moment share that transaction
+(`group_commit.py`); each still gets its own answer, as if it had been alone. An error about a batch item names it: field `jobs.3.spec.queue`, message
 `jobs.3: …`. What the checks read (a queue, a project, the nodes) is read once per transaction,
 not once per job, and the rows go in with one bulk insert per table, so a batch of 1,000 costs
 little more than its inserts.
@@ -13,10 +14,13 @@ little more than its inserts.
 from __future__ import annotations
 
 import hashlib
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
+from weakref import WeakKeyDictionary
 
 from sqlalchemy import delete, func, insert, select, text
 from sqlalchemy.exc import IntegrityError
@@ -29,9 +33,10 @@ from mlyard.server import auth
 from mlyard.server.job_secrets import SecretBox
 from mlyard.server.scheduler_terms import DEFAULT_QUEUE, scheduler_node, smallest_gang
 from mlyard.server.services import environments, job_specs, project_storage, projects, snapshots
+from mlyard.server.services.group_commit import GroupCommit
 from mlyard.server.services.job_views import job_info
 from mlyard.server.store import revisions
-from mlyard.server.store.db import Database
+from mlyard.server.store.db import Database, Rider, riders
 from mlyard.server.store.rows import (
     AttemptRow,
     IdempotencyKeyRow,
@@ -238,36 +243,71 @@ def _check_images(items: Sequence[_Item], check_image: ImageCheck | None, checke
                 raise InvalidRequest(checked[image], field="image")
 
 
+@dataclass(frozen=True)
+class _Request:
+    """One request's jobs to store, with what its transaction carries (its audit row)."""
+
+    principal: auth.Principal
+    caller: str
+    items: Sequence[_Item]
+    rider: Rider | None
+
+
+_groups: WeakKeyDictionary[Database, GroupCommit[_Request, list[JobInfo]]] = WeakKeyDictionary()
+_groups_lock = threading.Lock()
+
+
+def submission_groups(database: Database) -> GroupCommit[_Request, list[JobInfo]]:
+    """Where the submissions to `database` meet to be stored together (`group_commit.py`)."""
+    with _groups_lock:
+        group = _groups.get(database)
+        if group is None:
+            group = _groups[database] = GroupCommit(partial(_store_requests, database))
+        return group
+
+
 def _store(database: Database, principal: auth.Principal, caller: str, items: Sequence[_Item]) -> list[JobInfo]:
-    """Checks and inserts the jobs of `items` in one transaction. The rows go in as bulk inserts
-    with ids taken first (`_new_job_ids`): an ORM flush, or an INSERT … RETURNING that keeps the
-    rows' order, costs several times the inserts themselves."""
-    with database.transaction() as session:
-        admission = _Admission(session, principal)
-        specs = [admission.admit(item) for item in items]
+    """Stores the jobs of `items`, in one transaction with those of the requests submitting at
+    the same moment."""
+    return submission_groups(database).run(_Request(principal=principal, caller=caller, items=items,
+                                                    rider=riders.get()))
+
+
+def _store_requests(database: Database, requests: Sequence[_Request]) -> list[list[JobInfo]]:
+    """Checks and inserts the jobs of `requests` in one transaction. The rows go in as bulk
+    inserts with ids taken first (`_new_job_ids`): an ORM flush, or an INSERT … RETURNING that
+    keeps the rows' order, costs several times the inserts themselves."""
+    with database.transaction([request.rider for request in requests if request.rider is not None]) as session:
+        admissions = {request.caller: _Admission(session, request.principal) for request in requests}
+        specs = [[admissions[request.caller].admit(item) for item in request.items] for request in requests]
         now = time.time()
-        ids = _new_job_ids(session, len(specs))
-        values = [dict(id=job_id, name=spec.name, project=spec.project, queue=spec.queue, priority=spec.priority,
-                       owner_id=principal.user_id, spec=spec.model_dump(mode="json"), snapshot=spec.snapshot,
-                       status=JobStatus.QUEUED.value, attempt_count=0, submitted_at=now, updated_at=now)
-                  for job_id, spec in zip(ids, specs)]
-        session.execute(insert(JobRow), values)
-        revisions.touch(session, ids)  # inserted past the ORM's flush, which would note them itself
-        message = f"submitted by {principal.name}"
+        ids = iter(_new_job_ids(session, sum(len(request.items) for request in requests)))
+        values = [[dict(id=next(ids), name=spec.name, project=spec.project, queue=spec.queue, priority=spec.priority,
+                        owner_id=request.principal.user_id, spec=spec.model_dump(mode="json"), snapshot=spec.snapshot,
+                        status=JobStatus.QUEUED.value, attempt_count=0, submitted_at=now, updated_at=now)
+                   for spec in request_specs] for request, request_specs in zip(requests, specs)]
+        rows = [row for request_values in values for row in request_values]
+        session.execute(insert(JobRow), rows)
+        revisions.touch(session, [row["id"] for row in rows])  # inserted past the ORM's flush, which would note them
         session.execute(insert(JobEventRow), [
-            {"job_id": job_id, "at": now, "from_status": None, "to_status": JobStatus.QUEUED.value, "message": message}
-            for job_id in ids])
-        keys = [{"caller": caller, "key": item.key, "request_sha256": item.digest, "job_id": job_id, "created_at": now}
-                for item, job_id in zip(items, ids) if item.key is not None]
+            {"job_id": row["id"], "at": now, "from_status": None, "to_status": JobStatus.QUEUED.value,
+             "message": f"submitted by {request.principal.name}"}
+            for request, request_values in zip(requests, values) for row in request_values])
+        keys = [{"caller": request.caller, "key": item.key, "request_sha256": item.digest, "job_id": row["id"],
+                 "created_at": now}
+                for request, request_values in zip(requests, values)
+                for item, row in zip(request.items, request_values) if item.key is not None]
         if keys:
             # An expired row would make the unique (caller, key) pair refuse a legitimate reuse.
             session.execute(delete(IdempotencyKeyRow).where(
                 IdempotencyKeyRow.created_at < now - IDEMPOTENCY_KEY_LIFETIME))
             session.execute(insert(IdempotencyKeyRow), keys)
-        owner = session.get(UserRow, principal.user_id) if principal.user_id is not None else None
+        owners = {user_id: session.get(UserRow, user_id)
+                  for user_id in {request.principal.user_id for request in requests} if user_id is not None}
         # Rows outside the session, only for `job_info`, which reads them as the stored ones.
-        return [job_info(JobRow(**row, owner=owner, attempts=[]), principal, now=now, spec=spec)
-                for row, spec in zip(values, specs)]
+        return [[job_info(JobRow(**row, owner=owners.get(request.principal.user_id), attempts=[]), request.principal,
+                          now=now, spec=spec) for row, spec in zip(request_values, request_specs)]
+                for request, request_values, request_specs in zip(requests, values, specs)]
 
 
 def _new_job_ids(session: Session, count: int) -> list[int]:

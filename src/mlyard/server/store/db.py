@@ -207,19 +207,22 @@ class Database:
         return database
 
     @contextmanager
-    def transaction(self) -> Iterator[Session]:
+    def transaction(self, carrying: Sequence[Rider] | None = None) -> Iterator[Session]:
         """A session whose work is committed on success and rolled back on any error.
-        No process or network call may happen inside it. What `riders` holds adds its rows
-        just before the commit."""
-        rider = riders.get()
+        No process or network call may happen inside it. The riders of `carrying` (by default,
+        what `riders` holds) add their rows just before the commit: a transaction that commits
+        the work of several requests carries each one's."""
+        if carrying is None:
+            rider = riders.get()
+            carrying = () if rider is None else (rider,)
         with self._writer, self._sessions() as session:
             try:
                 with session.begin():
                     yield session
-                    if rider is not None:
+                    for rider in carrying:
                         rider.add(session)
             except BaseException:
-                if rider is not None:
+                for rider in carrying:
                     rider.discard(session)  # what it added did not commit
                 raise
 
