@@ -8,7 +8,7 @@ start: the cluster is full, as on a busy lab cluster. At each size the run measu
 - batch submissions per second (jobs/s while filling the queue to this size);
 - p50 and p99 of one submission, of `GET /api/v1/jobs` (the first page) and of
   `GET /api/v1/jobs/{id}`;
-- the server's CPU over `--idle` idle seconds, and its RSS (and RSS per queued job beyond the
+- the CPU of the server and its controller's process over `--idle` idle seconds, and their RSS (and RSS per queued job beyond the
   size before);
 - the wall time of `mlyard --help` and of `mlyard jobs`.
 Where Slurm is installed (bench/slurm.py starts a throwaway one), the same run measures
@@ -138,13 +138,24 @@ class Server:
                 lookup.append(time.perf_counter() - began)
         return listing, lookup
 
+    def processes(self) -> list[psutil.Process]:
+        """The server's process and its controller's (`server/control/process.py`), not the
+        replicas the controller starts."""
+        return [self.process, *(child for child in self.process.children()
+                                if "mlyard.server.control.process" in " ".join(child.cmdline()))]
+
+    def cpu_seconds(self) -> float:
+        return sum(times.user + times.system for times in (process.cpu_times() for process in self.processes()))
+
+    def rss(self) -> int:
+        return sum(process.memory_info().rss for process in self.processes())
+
     def idle_cpu(self, seconds: float) -> float:
-        """The server's CPU over `seconds` with no requests, as a share of one core."""
+        """The server's CPU (both processes) over `seconds` with no requests, as a share of one core."""
         time.sleep(2)  # the rounds the last requests caused
-        before = self.process.cpu_times()
+        before = self.cpu_seconds()
         time.sleep(seconds)
-        after = self.process.cpu_times()
-        return (after.user + after.system - before.user - before.system) / seconds
+        return (self.cpu_seconds() - before) / seconds
 
     def cli(self, *arguments: str) -> float:
         """Median wall seconds of a CLI command over three runs."""
@@ -183,7 +194,7 @@ def measure(server: Server, size: int, options) -> dict[str, float | None]:
         "submit p99 ms": 1000 * percentile(latencies, 0.99), "list p50 ms": 1000 * percentile(listing, 0.5),
         "list p99 ms": 1000 * percentile(listing, 0.99), "get p50 ms": 1000 * percentile(lookup, 0.5),
         "get p99 ms": 1000 * percentile(lookup, 0.99), "idle CPU %": 100 * idle,
-        "RSS MiB": server.process.memory_info().rss / 2**20,
+        "RSS MiB": server.rss() / 2**20,
         "--help ms": 1000 * server.cli("--help"), "jobs ms": 1000 * server.cli("jobs"),
     }
 

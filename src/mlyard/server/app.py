@@ -19,18 +19,17 @@ from mlyard.api.errors import ErrorBody, FieldError, field_errors, summarize
 from mlyard.api.health import Health
 from mlyard.backends.base import Backend
 from mlyard.errors import MlyardError, TooManyRequests
-from mlyard.server import auth, heap, job_secrets
+from mlyard.server import heap, job_secrets
 from mlyard.server.auth_cache import Principals
 from mlyard.server.http import body_limit, failures, telemetry
 from mlyard.server.http.allowed_hosts import AllowedHosts, default_hosts, parse_hosts
 from mlyard.server.http.security_headers import SecurityHeaders
 from mlyard.server.http.shutdown import ShutdownGuard, Stopping
-from mlyard.server.control import job_accounts
 from mlyard.server.http.audit import AuditRecorder
 from mlyard.server.control.controller import Controller
 from mlyard.server.control.supervisor import Supervisor
-from mlyard.server.store.db import Database
 from mlyard.server.control.leadership import Leadership, lease_for
+from mlyard.server.control.process import ControllerProcess
 from mlyard.server.http.login_throttle import LoginThrottle
 from mlyard.server.routers import (
     accounts,
@@ -45,8 +44,8 @@ from mlyard.server.routers import (
     snapshots,
     usage,
 )
+from mlyard.server.opening import open_server
 from mlyard.server.settings import ServerSettings
-from mlyard.storage import BlobStore
 
 API_PREFIX = "/api/v1"
 log = logging.getLogger("mlyard.server")
@@ -86,51 +85,27 @@ async def _infrastructure_error(request: Request, error: Exception) -> JSONRespo
     return await _mlyard_error(request, translated)
 
 
-def _open(settings: ServerSettings, backend: Backend | None) -> tuple[Database, BlobStore, Backend]:
-    """The database (migrated, with its admin), the blob store and the backend (`backend`, or
-    the one the settings choose)."""
-    from mlyard.backends.local.processes import LocalBackend
-
-    job_users, job_users_note = None, ""
-    if backend is None and settings.backend == "local":
-        job_users, job_users_note = job_accounts.prepare(settings)
-    else:
-        settings.paths.home.mkdir(parents=True, exist_ok=True)
-    database = Database.open(settings.effective_database_url)
-    auth.ensure_admin(database, settings.paths.admin_token)
-    blobs = BlobStore(settings.paths.blobs)
-    if swept := blobs.sweep_temporary():  # left by a server killed during an upload
-        log.info("removed %d unfinished upload(s) from %s", swept, blobs.temporary_directory)
-    if backend is not None:
-        return database, blobs, backend
-    if settings.backend == "kubernetes":
-        from mlyard.backends.kubernetes import KubernetesSettings, create_backend
-
-        return database, blobs, create_backend(KubernetesSettings.from_environment(),
-                                               max_log_bytes=settings.max_log_bytes)
-    from mlyard.backends.local.containers import container_replicas
-
-    return database, blobs, LocalBackend(
-        cpus=settings.node_cpus, memory_bytes=settings.node_memory, max_log_bytes=settings.max_log_bytes,
-        job_accounts=job_users, notes=(job_users_note,) if job_users_note else (),
-        hide_home=job_accounts.hidden_home(settings, job_users), env_passthrough=settings.job_env_passthrough,
-        containers=container_replicas(settings.runtime, settings.container_socket, max_log_bytes=settings.max_log_bytes))
-
-
-def create_app(settings: ServerSettings, *, backend: Backend | None = None, settle_heap: bool = False) -> FastAPI:
+def create_app(settings: ServerSettings, *, backend: Backend | None = None, settle_heap: bool = False,
+               controller_process: bool = False) -> FastAPI:
     """The server's application; the lifespan migrates the database and runs the controller
-    while this server leads the servers sharing its database (`leadership.py`). `settle_heap`:
-    what lives once it has started is frozen out of garbage collections (`heap.py`), as the
-    server process wants and a test process with many apps does not."""
+    while this server leads the servers sharing its database (`leadership.py`): in a thread of
+    this process, or with `controller_process` in a child process (`control/process.py`), as
+    the server process wants. `settle_heap`: what lives once it has started is frozen out of
+    garbage collections (`heap.py`), as the server process wants and a test process with many
+    apps does not."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        database, blobs, chosen = _open(settings, backend)
-        # A controller stops for good, so each time this server becomes the leader gets a new one
-        # (with the workers that follow leadership: `control/supervisor.py`).
-        leadership = Leadership(lease_for(database.url), lambda: Supervisor(Controller(
-            database=database, backend=chosen, settings=settings, blobs=blobs,
-            observe_cycle=app.state.telemetry.observe_scheduler_cycle), backend=chosen, settings=settings))
+        database, blobs, chosen = open_server(settings, backend)
+        leadership: Leadership | ControllerProcess
+        if controller_process:
+            leadership = ControllerProcess(settings.host, settings.port, app.state.telemetry.observe_scheduler_cycle)
+        else:
+            # A controller stops for good, so each time this server becomes the leader gets a new
+            # one (with the workers that follow leadership: `control/supervisor.py`).
+            leadership = Leadership(lease_for(database.url), lambda: Supervisor(Controller(
+                database=database, backend=chosen, settings=settings, blobs=blobs,
+                observe_cycle=app.state.telemetry.observe_scheduler_cycle), backend=chosen, settings=settings))
         # Routers only wake the controller: leadership forwards that while leading.
         app.state.database, app.state.blobs, app.state.controller = database, blobs, leadership
         app.state.settings, app.state.leadership = settings, leadership

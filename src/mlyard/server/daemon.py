@@ -94,12 +94,13 @@ def run_foreground(settings: ServerSettings) -> None:
     except BaseException:
         lock.close()
         raise
-    # The controller's rounds run long stretches of pure Python. A handler blocks on I/O a dozen
-    # times a request and waits for the interpreter each time, up to a whole switch interval:
-    # 0.2 ms rather than 5 ms keeps requests quick while a round over a long queue runs.
+    # The controller runs in a process of its own (`control/process.py`), but requests still
+    # share the interpreter with each other and the server's threads. A handler blocks on I/O a
+    # dozen times a request and waits for the interpreter each time, up to a whole switch
+    # interval: 0.2 ms rather than 5 ms keeps requests quick.
     sys.setswitchinterval(SWITCH_INTERVAL)
     heap.tune()
-    app = create_app(settings, settle_heap=True)
+    app = create_app(settings, settle_heap=True, controller_process=True)
     paths.server_pid.write_text(str(os.getpid()))
     paths.server_info.write_text(json.dumps({"url": settings.url, "pid": os.getpid()}))
     try:
