@@ -8,8 +8,8 @@ start: the cluster is full, as on a busy lab cluster. At each size the run measu
 - batch submissions per second (jobs/s while filling the queue to this size);
 - p50 and p99 of one submission, of `GET /api/v1/jobs` (the first page) and of
   `GET /api/v1/jobs/{id}`;
-- the CPU of the server and its controller's process over `--idle` idle seconds, and their RSS (and RSS per queued job beyond the
-  size before);
+- the CPU of the server and its controller's process over `--idle` idle seconds, and their
+  RSS (and RSS per queued job beyond the size before);
 - the wall time of `mlyard --help` and of `mlyard jobs`.
 Where Slurm is installed (bench/slurm.py starts a throwaway one), the same run measures
 `sbatch --hold --wrap true` sequentially and from 8 clients, and prints mlyard's single
