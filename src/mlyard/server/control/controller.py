@@ -39,6 +39,7 @@ from mlyard.server.control import launches
 from mlyard.server.control.attempts import holding_attempts, lock_jobs, replica_reference, schedulable, start_text
 from mlyard.server.control.judge import Action, judge, succeeded_before_failure
 from mlyard.server.control.rounds import Rounds
+from mlyard.server.store import job_counts
 from mlyard.server.store.db import Database
 from mlyard.server.store.rows import (
     AttemptRow,
@@ -64,6 +65,8 @@ from mlyard.spec import JobSpec, JobStatus
 from mlyard.storage import BlobStore
 
 log = logging.getLogger("mlyard.controller")
+COUNT_FOLD_SECONDS = 5.0
+"""How often the job counts' rows are summed up (`store/job_counts.py`)."""
 
 
 @dataclass(frozen=True)
@@ -92,6 +95,7 @@ class Controller:
         self.adopted: int | None = None
         """Replicas found running when this controller started; None until it has looked."""
         self._nodes_recorded_at = time.monotonic()
+        self._counts_folded_at = float("-inf")
 
     # ----------------------------------------------------------------- lifecycle
     def start(self) -> None:
@@ -141,6 +145,9 @@ class Controller:
             self._last_pass = (time.monotonic(), time.monotonic() - began)
 
     def _pass(self) -> float:
+        if time.monotonic() - self._counts_folded_at >= COUNT_FOLD_SECONDS:
+            job_counts.fold(self.database)  # the listings' totals stay a few rows to sum
+            self._counts_folded_at = time.monotonic()
         refresh = self.backend.node_refresh_seconds
         if refresh is not None and time.monotonic() - self._nodes_recorded_at >= refresh:
             # Nodes of a cluster come, go and fill up with other workloads.

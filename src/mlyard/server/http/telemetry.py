@@ -29,6 +29,7 @@ from sqlalchemy.orm import Session
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from mlyard.server.scheduler_terms import DEFAULT_QUEUE
+from mlyard.server.store import job_counts as kept_counts
 from mlyard.server.store.db import Database
 from mlyard.server.store.rows import (
     RAW_PERIOD,
@@ -86,8 +87,7 @@ Source = Callable[[Session], Iterable[Metric]]
 
 # ----------------------------------------------------------------- from the database
 def job_counts(session: Session) -> Iterable[Metric]:
-    counts = {(status, queue): count for status, queue, count in session.execute(
-        select(JobRow.status, JobRow.queue, func.count()).group_by(JobRow.status, JobRow.queue))}
+    counts = kept_counts.by_status_and_queue(session)  # kept by triggers: no count over every job
     queues = {DEFAULT_QUEUE, *session.scalars(select(QueueRow.name)), *(queue for _, queue in counts)}
     family = GaugeMetricFamily("mlyard_jobs", "Jobs by status and queue.", labels=["status", "queue"])
     # Every status of every queue, zeros too: a status whose series vanished would show "no data", not 0.

@@ -35,7 +35,7 @@ from mlyard.server.services.job_views import (
     connection_warnings,
     job_info,
 )
-from mlyard.server.store import logfiles
+from mlyard.server.store import job_counts, logfiles
 from mlyard.server.store.db import Database
 from mlyard.server.store.rows import AttemptRow, JobRow, UserRow
 from mlyard.spec import JobStatus
@@ -91,9 +91,11 @@ def page_jobs(
                 return JobPage(jobs=[], total=0, next_after=None)
         wanted = _wanted_statuses(statuses, include_finished)
         others = _filters(principal, queue=queue, project=project, owner_id=owner_id, search=search)
-        # Counted through ix_jobs_status_submitted (status first) where only statuses filter: no row is loaded.
-        status_filter = [] if wanted is None else [JobRow.status.in_(sorted(wanted))]
-        total = session.scalar(select(func.count()).select_from(JobRow).where(*status_filter, *others)) or 0
+        if owner_id is None and not search and principal.job_id is None:
+            total = _kept_total(session, principal, wanted, queue=queue, project=project)
+        else:
+            status_filter = [] if wanted is None else [JobRow.status.in_(sorted(wanted))]
+            total = session.scalar(select(func.count()).select_from(JobRow).where(*status_filter, *others)) or 0
         rows = _page_rows(session, wanted=wanted, others=others, total=total, limit=limit, offset=offset,
                           after=after) if total else []
         more, rows = len(rows) > limit, rows[:limit]
@@ -101,6 +103,18 @@ def page_jobs(
         specs = database.specs.load(session, rows)
         jobs = [job_info(row, principal, warning=warnings.get(row.id), spec=specs[row.id]) for row in rows]
     return JobPage(jobs=jobs, total=total, next_after=rows[-1].id if more and rows else None)
+
+
+def _kept_total(session: Session, principal: auth.Principal, wanted: frozenset[str] | None, *, queue: str | None,
+                project: str | None) -> int:
+    """The listing's total from the counts kept per status, project and queue
+    (`store/job_counts.py`): a few rows read, not every matching job counted."""
+    projects = principal.visible_projects()
+    if project:
+        projects = frozenset({project}) if projects is None or project in projects else frozenset()
+    if projects is not None and not projects:
+        return 0
+    return job_counts.total(session, statuses=wanted, projects=projects, queue=queue or None)
 
 
 def _wanted_statuses(statuses: Sequence[JobStatus], include_finished: bool) -> frozenset[str] | None:

@@ -135,6 +135,20 @@ class JobRevisionRow(Base):
     value: Mapped[int] = mapped_column(BigInteger, default=0)
 
 
+class JobCountRow(Base):
+    """A change in how many jobs one (status, project, queue) holds: rows added by triggers on
+    `jobs` (migration 0017), never updated, and summed up now and then (`store/job_counts.py`)."""
+
+    __tablename__ = "job_counts"
+    __table_args__ = (Index("ix_job_counts_status", "status", "project", "queue"),)
+
+    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True)
+    status: Mapped[str] = mapped_column(String(16))
+    project: Mapped[str] = mapped_column(String(63))
+    queue: Mapped[str] = mapped_column(String(63))
+    n: Mapped[int] = mapped_column(BigInteger)
+
+
 class AttemptRow(Base):
     """One start of a whole job. `stop_*` columns record a stop in progress: the controller
     sends SIGTERM once, escalates to SIGKILL after `stop_deadline`, and applies `stop_outcome` to the
