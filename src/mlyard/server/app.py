@@ -134,6 +134,9 @@ def create_app(settings: ServerSettings, *, backend: Backend | None = None, sett
         openapi_url=f"{API_PREFIX}/openapi.json",
         docs_url=None,  # served from vendored files by web/api_docs.py
         redoc_url=None,
+        # FastAPI's own OpenTelemetry asks the global providers on every request whether anyone
+        # listens; mlyard's metrics are Prometheus' (`http/telemetry.py`).
+        telemetry={"tracing": False, "metrics": False, "logs": False, "operation_spans": False},
     )
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)

@@ -287,9 +287,9 @@ def _store_requests(database: Database, requests: Sequence[_Request]) -> list[li
                         status=JobStatus.QUEUED.value, attempt_count=0, submitted_at=now, updated_at=now)
                    for spec in request_specs] for request, request_specs in zip(requests, specs)]
         rows = [row for request_values in values for row in request_values]
-        session.execute(insert(JobRow), rows)
+        session.execute(insert(JobRow.__table__), rows)
         revisions.touch(session, [row["id"] for row in rows])  # inserted past the ORM's flush, which would note them
-        session.execute(insert(JobEventRow), [
+        session.execute(insert(JobEventRow.__table__), [
             {"job_id": row["id"], "at": now, "from_status": None, "to_status": JobStatus.QUEUED.value,
              "message": f"submitted by {request.principal.name}"}
             for request, request_values in zip(requests, values) for row in request_values])
@@ -301,7 +301,7 @@ def _store_requests(database: Database, requests: Sequence[_Request]) -> list[li
             # An expired row would make the unique (caller, key) pair refuse a legitimate reuse.
             session.execute(delete(IdempotencyKeyRow).where(
                 IdempotencyKeyRow.created_at < now - IDEMPOTENCY_KEY_LIFETIME))
-            session.execute(insert(IdempotencyKeyRow), keys)
+            session.execute(insert(IdempotencyKeyRow.__table__), keys)
         owners = {user_id: session.get(UserRow, user_id)
                   for user_id in {request.principal.user_id for request in requests} if user_id is not None}
         # Rows outside the session, only for `job_info`, which reads them as the stored ones.
