@@ -129,10 +129,14 @@ class ControllerProcess:
             except OSError:
                 message = b""
             if message:
-                self._take(json.loads(message))
+                try:
+                    self._take(json.loads(message))
+                except (ValueError, KeyError, TypeError):  # this thread must go on: it restarts the process
+                    log.exception("an unreadable message from the controller's process: %r", message[:200])
                 continue
             self._role, self.adopted = "standby", None
-            if self._stopping.is_set():
+            # One that never started is `start`'s to report; started again, it would fail again.
+            if self._stopping.is_set() or not self._started.is_set():
                 return
             process = self._process
             code = process.wait() if process is not None else None
