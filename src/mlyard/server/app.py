@@ -85,6 +85,15 @@ async def _infrastructure_error(request: Request, error: Exception) -> JSONRespo
     return await _mlyard_error(request, translated)
 
 
+def _leadership(settings: ServerSettings, database, blobs, backend: Backend, observe_cycle) -> Leadership:
+    """The controller in a thread of this process, while it leads. A controller stops for good,
+    so each time this server becomes the leader gets a new one (with the workers that follow
+    leadership: `control/supervisor.py`)."""
+    return Leadership(lease_for(database.url), lambda: Supervisor(Controller(
+        database=database, backend=backend, settings=settings, blobs=blobs, observe_cycle=observe_cycle),
+        backend=backend, settings=settings))
+
+
 def create_app(settings: ServerSettings, *, backend: Backend | None = None, settle_heap: bool = False,
                controller_process: bool = False) -> FastAPI:
     """The server's application; the lifespan migrates the database and runs the controller
@@ -97,15 +106,9 @@ def create_app(settings: ServerSettings, *, backend: Backend | None = None, sett
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         database, blobs, chosen = open_server(settings, backend)
-        leadership: Leadership | ControllerProcess
-        if controller_process:
-            leadership = ControllerProcess(settings.host, settings.port, app.state.telemetry.observe_scheduler_cycle)
-        else:
-            # A controller stops for good, so each time this server becomes the leader gets a new
-            # one (with the workers that follow leadership: `control/supervisor.py`).
-            leadership = Leadership(lease_for(database.url), lambda: Supervisor(Controller(
-                database=database, backend=chosen, settings=settings, blobs=blobs,
-                observe_cycle=app.state.telemetry.observe_scheduler_cycle), backend=chosen, settings=settings))
+        observe_cycle = app.state.telemetry.observe_scheduler_cycle
+        leadership = (ControllerProcess(settings.host, settings.port, observe_cycle) if controller_process
+                      else _leadership(settings, database, blobs, chosen, observe_cycle))
         # Routers only wake the controller: leadership forwards that while leading.
         app.state.database, app.state.blobs, app.state.controller = database, blobs, leadership
         app.state.settings, app.state.leadership = settings, leadership

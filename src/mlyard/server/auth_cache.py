@@ -6,7 +6,8 @@ to a worker thread on top. So a `Principals` keeps each answer for `LIFETIME` se
 past the token's expiry (or the expiry of the token a web session was started with).
 
 Any commit in this process that changes a token, a user, a project or a membership forgets every
-answer at once: revoking a token, ending a job, taking a role away act on the next request. A
+answer at once: revoking a token, ending a job, taking a role away act on the next request. The
+controller's process says so to the serving one as it commits (`watch`, `forget_all`). A
 change another server makes to a shared database takes effect here within `LIFETIME`. Failed
 authentications are never remembered.
 """
@@ -15,7 +16,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from typing import TYPE_CHECKING
 
 from sqlalchemy import event
@@ -35,6 +36,23 @@ _WATCHED_TABLES = frozenset(row.__tablename__ for row in _WATCHED)
 _CHANGED = "mlyard.auth_changed"
 _lock = threading.Lock()
 _generation = 0
+
+
+_watchers: list[Callable[[], None]] = []
+
+
+def watch(callback: Callable[[], None]) -> None:
+    """Calls `callback` after every commit of this process that changed who a token stands for:
+    the controller's process tells the serving one (`control/process.py`)."""
+    _watchers.append(callback)
+    listen()
+
+
+def forget_all() -> None:
+    """Forgets every answer: another process of this server committed such a change."""
+    global _generation
+    with _lock:
+        _generation += 1
 
 
 def generation() -> int:
@@ -104,3 +122,5 @@ def _forget_if_changed(session: Session) -> None:
     if session.info.pop(_CHANGED, False):
         with _lock:
             _generation += 1
+        for callback in _watchers:
+            callback()

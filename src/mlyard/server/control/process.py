@@ -11,9 +11,11 @@ The two talk over a socketpair (SOCK_SEQPACKET: whole messages, and an end of fi
 other side is gone); nobody else can reach it:
 - the server sends `w` to wake the controller (a submission, a cancellation). A full buffer
   drops it: a wake already waiting there is enough;
-- the controller sends its state (`{"role": "leader", "adopted": 3}`) whenever it changes, and
-  the seconds of each scheduling round (`{"cycle": ["fifo", 0.12]}`), which the server's
-  `/metrics` shows.
+- the controller sends its state (`{"role": "leader", "adopted": 3}`) whenever it changes, the
+  seconds of each scheduling round (`{"cycle": ["fifo", 0.12]}`), which the server's `/metrics`
+  shows, and `{"auth": true}` as it commits a change of who a token stands for (a job's token
+  revoked as the job ends), so that the server forgets the answers it remembers
+  (`auth_cache.py`).
 
 The controller dies with its server: the kernel kills it when its parent dies
 (`PR_SET_PDEATHSIG`), and it stops on its own once the socket ends. A server killed with
@@ -37,6 +39,7 @@ import time
 from collections.abc import Callable
 
 from mlyard.errors import MlyardError
+from mlyard.server import auth_cache
 from mlyard.server.control.leadership import Role
 
 log = logging.getLogger("mlyard.controller")
@@ -148,6 +151,9 @@ class ControllerProcess:
             self._spawn()
 
     def _take(self, message: dict) -> None:
+        if "auth" in message:  # it ended a job (revoking its token), say: no answer remembered holds
+            auth_cache.forget_all()
+            return
         if "cycle" in message:
             policy, seconds = message["cycle"]
             if self.observe_cycle is not None:
@@ -208,6 +214,7 @@ def _serve(channel: socket.socket, arguments: argparse.Namespace, stopping: thre
             except OSError:  # the server is gone: the reader below stops this process
                 stopping.set()
 
+    auth_cache.watch(lambda: send({"auth": True}))
     leadership = Leadership(lease_for(database.url), lambda: Supervisor(Controller(
         database=database, backend=backend, settings=settings, blobs=blobs,
         observe_cycle=lambda policy, seconds: send({"cycle": [policy, seconds]})), backend=backend, settings=settings))
