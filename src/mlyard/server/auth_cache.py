@@ -114,13 +114,11 @@ def _drop_note(session: Session, transaction: SessionTransaction) -> None:
 
 
 def _forget_if_changed(session: Session) -> None:
-    global _generation
     # A savepoint's release comes here too, before the change is committed: the answers are
     # forgotten at the transaction's own commit, or a request in between would keep the old one.
     if session.in_nested_transaction():
         return
     if session.info.pop(_CHANGED, False):
-        with _lock:
-            _generation += 1
+        forget_all()
         for callback in _watchers:
             callback()

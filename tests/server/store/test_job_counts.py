@@ -14,13 +14,16 @@ from alembic import command
 from alembic.config import Config
 from sqlalchemy import create_engine, delete, func, insert, select, text, update
 
+from mlyard.server import auth
+from mlyard.server.services import jobs
 from mlyard.server.store import job_counts
 from mlyard.server.store.db import MIGRATIONS, Database, normalize_url
 from mlyard.server.store.rows import JobCountRow, JobRow
-from mlyard.spec import JobStatus
+from mlyard.spec import JobSpec, JobStatus
 
 STATUSES = [status.value for status in JobStatus]
 PROJECTS = ("default", "vision", "speech")
+SPEC = JobSpec.model_validate({"name": "j", "command": ["true"]}).model_dump(mode="json")
 QUEUES = ("default", "gpu")
 
 
@@ -33,7 +36,7 @@ def database(database_url: str) -> Iterator[Database]:
 
 def job(rng: random.Random, number: int) -> dict:
     now = time.time()
-    return dict(name=f"job-{number}", project=rng.choice(PROJECTS), queue=rng.choice(QUEUES), priority=0, spec={},
+    return dict(name=f"job-{number}", project=rng.choice(PROJECTS), queue=rng.choice(QUEUES), priority=0, spec=SPEC,
                 status=rng.choice(STATUSES), attempt_count=0, submitted_at=now, updated_at=now)
 
 
@@ -113,3 +116,31 @@ def test_jobs_stored_before_the_migration_are_counted(database_url: str) -> None
             assert session.execute(text("SELECT count(*) FROM job_counts")).scalar() <= 60
     finally:
         database.close()
+
+
+def test_a_listings_total_counts_only_what_its_caller_may_see(database: Database) -> None:
+    rng = random.Random(11)
+    with database.transaction() as session:
+        session.execute(insert(JobRow), [job(rng, number) for number in range(200)])
+    with database.reading() as session:
+        unfinished = [status.value for status in JobStatus if not status.is_terminal]
+
+        def counted(*, projects=None, queue=None) -> int:
+            query = select(func.count()).select_from(JobRow).where(JobRow.status.in_(unfinished))
+            if projects is not None:
+                query = query.where(JobRow.project.in_(projects))
+            if queue is not None:
+                query = query.where(JobRow.queue == queue)
+            return session.scalar(query)
+
+        member = auth.Principal(name="ann", user_id=None, roles={"vision": auth.Role.VIEWER})
+        admin = auth.Principal(name="admin", user_id=None, is_admin=True)
+        outsider = auth.Principal(name="bob", user_id=None)
+        cases = (
+            (admin, {}, counted()), (admin, {"project": "speech"}, counted(projects=["speech"])),
+            (admin, {"queue": "gpu"}, counted(queue="gpu")),
+            (member, {}, counted(projects=["vision"])),
+            (member, {"queue": "gpu"}, counted(projects=["vision"], queue="gpu")),
+            (member, {"project": "speech"}, 0), (outsider, {}, 0))
+    for principal, filters, expected in cases:
+        assert jobs.page_jobs(database, principal, limit=1, **filters).total == expected, (principal.name, filters)

@@ -5,8 +5,8 @@ A single submission and a batch take the same path: every job is checked as a si
 submission is (its queue, its project and the caller's role there, its snapshot, its
 environment, whether any node could ever hold it, its image), then all are stored in one
 transaction, or none. Requests that submit at the same moment share that transaction
-(`group_commit.py`); each still gets its own answer, as if it had been alone. An error about a batch item names it: field `jobs.3.spec.queue`, message
-`jobs.3: …`. What the checks read (a queue, a project, the nodes) is read once per transaction,
+(`group_commit.py`); each still gets its own answer, as if it had been alone. An error about a
+batch item names it: field `jobs.3.spec.queue`, message `jobs.3: …`. What the checks read (a queue, a project, the nodes) is read once per transaction,
 not once per job, and the rows go in with one bulk insert per table, so a batch of 1,000 costs
 little more than its inserts.
 """
