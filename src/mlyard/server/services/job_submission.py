@@ -2,8 +2,7 @@
 idempotency keys that make a retry return the jobs the first request created.
 
 A single submission and a batch take the same path: every job is checked as a single
-submission is (its queue, its project and the caller's role there, its snapshot, its
-environment, whether any node could ever hold it, its image), then all are stored in one
+submission is (its image here, the rest in `job_admission.py`), then all are stored in one
 transaction, or none. Requests that submit at the same moment share that transaction
 (`group_commit.py`); each still gets its own answer, as if it had been alone. An error about a
 batch item names it: field `jobs.3.spec.queue`, message `jobs.3: …`. What the checks read (a queue, a project, the nodes) is read once per transaction,
@@ -16,24 +15,22 @@ from __future__ import annotations
 import hashlib
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from weakref import WeakKeyDictionary
 
-from sqlalchemy import delete, func, insert, select, text
+from sqlalchemy import bindparam, delete, func, insert, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, selectinload
 
 from mlyard.api.jobs import JobInfo
-from mlyard.errors import Conflict, InvalidRequest, MlyardError, Unschedulable
-from mlyard.scheduler import unschedulable_reason
+from mlyard.errors import Conflict, InvalidRequest
 from mlyard.server import auth
 from mlyard.server.job_secrets import SecretBox
-from mlyard.server.scheduler_terms import DEFAULT_QUEUE, scheduler_node, smallest_gang
-from mlyard.server.services import environments, job_specs, project_storage, projects, snapshots
+from mlyard.server.services import job_specs
 from mlyard.server.services.group_commit import GroupCommit
+from mlyard.server.services.job_admission import Admission, naming
 from mlyard.server.services.job_views import job_info
 from mlyard.server.store import revisions
 from mlyard.server.store.db import Database, Rider, riders
@@ -42,12 +39,15 @@ from mlyard.server.store.rows import (
     IdempotencyKeyRow,
     JobEventRow,
     JobRow,
-    NodeRow,
-    QueueRow,
     UserRow,
 )
 from mlyard.spec import JobSpec, JobStatus
 
+_users = UserRow.__table__.c
+# Built once: building a statement costs more than executing it.
+_OWNERS = select(_users.id, _users.name).where(_users.id.in_(bindparam("ids", expanding=True)))
+_NEWEST_JOB = select(func.max(JobRow.__table__.c.id))
+_INSERT_JOBS_RETURNING_IDS = insert(JobRow.__table__).returning(JobRow.__table__.c.id, sort_by_parameter_order=True)
 IDEMPOTENCY_KEY_LIFETIME = 24 * 3600.0
 """A retry later than this with the same key creates a new job."""
 ImageCheck = Callable[[str], str | None]
@@ -148,21 +148,6 @@ def _submit(database: Database, principal: auth.Principal, requests: Sequence[tu
     return [answers[position] for position in range(len(items))]
 
 
-@contextmanager
-def _naming(index: int | None, section: str = "spec") -> Iterator[None]:
-    """An error raised inside about batch item `index` names it: field `jobs.3.spec.queue`,
-    message `jobs.3: …`; a single submission's errors are left as they are."""
-    try:
-        yield
-    except MlyardError as error:
-        if index is not None:
-            where = f"jobs.{index}.{section}"
-            error.field = f"{where}.{error.field}" if error.field else where
-            error.message = f"jobs.{index}: {error.message}"
-            error.args = (error.message,)
-        raise
-
-
 def _caller(principal: auth.Principal) -> str:
     if principal.job_id is not None:
         return f"job:{principal.job_id}"
@@ -171,7 +156,7 @@ def _caller(principal: auth.Principal) -> str:
 
 def _prepare(index: int | None, spec: JobSpec, key: str | None, *, secrets: SecretBox | None,
              sealed: bool) -> _Item:
-    with _naming(index):
+    with naming(index):
         if not sealed:
             job_specs.refuse_shown_values(spec)
         digest = None
@@ -188,7 +173,7 @@ def _refuse_repeated_keys(items: Sequence[_Item]) -> None:
         if item.key is None:
             continue
         if item.key in first:
-            with _naming(item.index, "idempotency_key"):
+            with naming(item.index, "idempotency_key"):
                 raise InvalidRequest(f"idempotency key {item.key!r} is also item {first[item.key]}'s; give each "
                                      "job a key of its own")
         first[item.key] = item.index or 0
@@ -207,7 +192,7 @@ def _replays(database: Database, principal: auth.Principal, caller: str,
         for row in earlier:
             item = items[positions[row.key]]
             if row.request_sha256 != item.digest:
-                with _naming(item.index, "idempotency_key"):
+                with naming(item.index, "idempotency_key"):
                     raise Conflict(
                         f"{'idempotency key' if item.index is not None else 'Idempotency-Key'} {row.key!r} was used "
                         f"for a different job (job {row.job_id}); use a new key for a new submission",
@@ -239,7 +224,7 @@ def _check_images(items: Sequence[_Item], check_image: ImageCheck | None, checke
         if image not in checked:
             checked[image] = check_image(image)
         if checked[image] is not None:
-            with _naming(item.index):
+            with naming(item.index):
                 raise InvalidRequest(checked[image], field="image")
 
 
@@ -275,19 +260,18 @@ def _store(database: Database, principal: auth.Principal, caller: str, items: Se
 
 def _store_requests(database: Database, requests: Sequence[_Request]) -> list[list[JobInfo]]:
     """Checks and inserts the jobs of `requests` in one transaction. The rows go in as bulk
-    inserts with ids taken first (`_new_job_ids`): an ORM flush, or an INSERT … RETURNING that
-    keeps the rows' order, costs several times the inserts themselves."""
+    inserts (`_insert_jobs`): an ORM flush costs several times the inserts themselves."""
     with database.transaction([request.rider for request in requests if request.rider is not None]) as session:
-        admissions = {request.caller: _Admission(session, request.principal) for request in requests}
-        specs = [[admissions[request.caller].admit(item) for item in request.items] for request in requests]
+        admissions = {request.caller: Admission(session, request.principal) for request in requests}
+        specs = [[admissions[request.caller].admit(item.spec, item.index) for item in request.items]
+                 for request in requests]
         now = time.time()
-        ids = iter(_new_job_ids(session, sum(len(request.items) for request in requests)))
-        values = [[dict(id=next(ids), name=spec.name, project=spec.project, queue=spec.queue, priority=spec.priority,
+        values = [[dict(name=spec.name, project=spec.project, queue=spec.queue, priority=spec.priority,
                         owner_id=request.principal.user_id, spec=spec.model_dump(mode="json"), snapshot=spec.snapshot,
                         status=JobStatus.QUEUED.value, attempt_count=0, submitted_at=now, updated_at=now)
                    for spec in request_specs] for request, request_specs in zip(requests, specs)]
         rows = [row for request_values in values for row in request_values]
-        session.execute(insert(JobRow.__table__), rows)
+        _insert_jobs(session, rows)
         revisions.touch(session, [row["id"] for row in rows])  # inserted past the ORM's flush, which would note them
         session.execute(insert(JobEventRow.__table__), [
             {"job_id": row["id"], "at": now, "from_status": None, "to_status": JobStatus.QUEUED.value,
@@ -302,88 +286,28 @@ def _store_requests(database: Database, requests: Sequence[_Request]) -> list[li
             session.execute(delete(IdempotencyKeyRow).where(
                 IdempotencyKeyRow.created_at < now - IDEMPOTENCY_KEY_LIFETIME))
             session.execute(insert(IdempotencyKeyRow.__table__), keys)
-        owners = {user_id: session.get(UserRow, user_id)
-                  for user_id in {request.principal.user_id for request in requests} if user_id is not None}
+        # A user's principal carries the user's name; a job's (job-7) acts for its owner.
+        owners = {request.principal.user_id: UserRow(id=request.principal.user_id, name=request.principal.name)
+                  for request in requests if request.principal.job_id is None and request.principal.user_id is not None}
+        named_by_jobs = {request.principal.user_id for request in requests} - set(owners) - {None}
+        if named_by_jobs:
+            owners.update({row.id: UserRow(id=row.id, name=row.name)
+                           for row in session.execute(_OWNERS, {"ids": sorted(named_by_jobs)})})
         # Rows outside the session, only for `job_info`, which reads them as the stored ones.
         return [[job_info(JobRow(**row, owner=owners.get(request.principal.user_id), attempts=[]), request.principal,
                           now=now, spec=spec) for row, spec in zip(request_values, request_specs)]
                 for request, request_values, request_specs in zip(requests, values, specs)]
 
 
-def _new_job_ids(session: Session, count: int) -> list[int]:
-    """Ids for `count` jobs about to be inserted in this transaction: PostgreSQL takes them from
-    the column's sequence; on SQLite the transaction holds the write lock (BEGIN IMMEDIATE), so
-    the ids after the largest are free, as SQLite itself would choose them."""
+def _insert_jobs(session: Session, rows: list[dict]) -> None:
+    """Inserts the jobs of `rows` and sets each row's id. PostgreSQL takes them from the column's
+    sequence in the insert itself (RETURNING, in the rows' order). On SQLite, the transaction
+    holds the write lock (BEGIN IMMEDIATE), so the ids after the largest are free, as SQLite
+    itself would choose them; an insert there that returns the ids in order would go row by row."""
     if session.get_bind().dialect.name == "postgresql":
-        return list(session.scalars(text("SELECT nextval(pg_get_serial_sequence('jobs', 'id')) "
-                                         "FROM generate_series(1, :count)"), {"count": count}))
-    newest = session.scalar(select(func.max(JobRow.id))) or 0
-    return list(range(newest + 1, newest + count + 1))
-
-
-class _Admission:
-    """The checks of jobs about to be stored, inside the transaction that stores them. What
-    the checks read is read once: a batch of 1,000 jobs of one queue reads its queue, project,
-    snapshot and the nodes once."""
-
-    def __init__(self, session: Session, principal: auth.Principal):
-        self.session = session
-        self.principal = principal
-        self._queues: dict[str, QueueRow | None] = {}
-        self._passed: set[tuple[str, ...]] = set()
-        self._nodes: tuple | None = None
-        self._reasons: dict[tuple, str | None] = {}
-
-    def admit(self, item: _Item) -> JobSpec:
-        """The spec as it is stored (with the queue's project where it names none)."""
-        with _naming(item.index):
-            return self._admit(item.spec)
-
-    def _admit(self, spec: JobSpec) -> JobSpec:
-        queue = self._queue(spec.queue)
-        if queue is not None and "project" not in spec.model_fields_set:
-            # A job that names a queue but no project belongs to the queue's project.
-            spec = spec.model_copy(update={"project": queue.project})
-        if ("project", spec.project) not in self._passed:
-            projects.ensure_project(self.session, self.principal, spec.project)
-            self._passed.add(("project", spec.project))
-        auth.require_role(self.principal, spec.project, auth.Role.MEMBER, f"submit jobs to project {spec.project!r}")
-        if spec.snapshot is not None and ("snapshot", spec.project, spec.snapshot) not in self._passed:
-            snapshot = snapshots.require_usable(self.session, self.principal, spec.snapshot, spec.project)
-            project_storage.charge(self.session, spec.project, spec.snapshot, snapshot.size)
-            self._passed.add(("snapshot", spec.project, spec.snapshot))
-        if spec.environment is not None and ("environment", spec.project, spec.environment) not in self._passed:
-            environments.check_for_job(self.session, spec.environment, spec.project)
-            self._passed.add(("environment", spec.project, spec.environment))
-        # The default project's queues are shared; any other queue takes its own project's jobs.
-        if queue is not None and queue.project not in (projects.DEFAULT_PROJECT, spec.project):
-            raise InvalidRequest(f"queue {spec.queue!r} belongs to project {queue.project!r}; a job of project "
-                                 f"{spec.project!r} cannot use it", field="queue")
-        reason = self._unschedulable_reason(spec)
-        if reason is not None:
-            raise Unschedulable(f"job {spec.name!r} can never run here: {reason}", field="roles")
-        return spec
-
-    def _queue(self, name: str) -> QueueRow | None:
-        if name not in self._queues:
-            # A shared lock: a queue deleted meanwhile (which locks the row) cannot end up holding this job.
-            self._queues[name] = self.session.scalar(
-                select(QueueRow).where(QueueRow.name == name).with_for_update(read=True))
-        queue = self._queues[name]
-        if name != DEFAULT_QUEUE and queue is None:
-            names = sorted({DEFAULT_QUEUE, *self.session.scalars(select(QueueRow.name))})
-            raise InvalidRequest(f"queue {name!r} does not exist; the queues are: {', '.join(names)}",
-                                 field="queue")
-        return queue
-
-    def _unschedulable_reason(self, spec: JobSpec) -> str | None:
-        """Why no node could ever hold the job (`scheduler.unschedulable_reason`), asked once per
-        shape of gang."""
-        if self._nodes is None:
-            self._nodes = tuple(scheduler_node(row) for row in self.session.scalars(select(NodeRow)))
-        gang = smallest_gang(spec)
-        key = (gang, spec.placement.same_node, spec.placement.same_topology)
-        if key not in self._reasons:
-            self._reasons[key] = unschedulable_reason(self._nodes, gang, same_node=spec.placement.same_node,
-                                                      same_topology=spec.placement.same_topology)
-        return self._reasons[key]
+        for row, job_id in zip(rows, session.scalars(_INSERT_JOBS_RETURNING_IDS, rows).all(), strict=True):
+            row["id"] = job_id
+        return
+    for job_id, row in enumerate(rows, start=(session.scalar(_NEWEST_JOB) or 0) + 1):
+        row["id"] = job_id
+    session.execute(insert(JobRow.__table__), rows)
