@@ -110,6 +110,26 @@ def test_balanced_does_not_preempt_a_job_that_only_just_started():
     assert preempted(run("balanced", nodes, [victim], [pending(2, 1, per_replica=1)], now=100_400)) == [1]
 
 
+def test_balanced_lets_a_job_predicted_short_go_before_an_older_one_predicted_long():
+    nodes = [gpu_node("a", 1)]
+    older, newer = pending(1, 1, per_replica=1, at=10), pending(2, 1, per_replica=1, at=20)
+    assert starts(run("balanced", nodes, [], [older, newer])) == [1], "without predictions the older goes first"
+    long = replace(older, predicted_duration=10 * 3600)
+    assert starts(run("balanced", nodes, [], [long, newer])) == [2]
+    assert starts(run("balanced", nodes, [], [long, replace(newer, predicted_duration=300)])) == [2]
+    assert starts(run("las", nodes, [], [long, newer])) == [1], "only balanced reads predictions"
+
+
+def test_a_starving_job_goes_back_to_the_top_whatever_its_prediction():
+    nodes = [gpu_node("a", 1)]
+    other = pending(2, 1, per_replica=1, at=90_000, attained_service=5_000, attained_time=5_000, queued_since=99_000)
+    waited_long = pending(1, 1, per_replica=1, at=0, attained_service=5_000, attained_time=5_000,
+                          queued_since=70_000, predicted_duration=10 * 3600)
+    assert starts(run("balanced", nodes, [], [waited_long, other])) == [1]
+    just_back = replace(waited_long, queued_since=99_500)
+    assert starts(run("balanced", nodes, [], [just_back, other])) == [2], "not starving: its prediction counts"
+
+
 def test_a_job_is_preempted_for_the_ordering_no_more_often_than_the_budget():
     nodes = [gpu_node("a", 1)]
     newcomer = [pending(2, 1, per_replica=1)]

@@ -59,6 +59,9 @@ def sim(
         help="max_runtime given to the scheduler, as a multiple of the true duration (backfill uses it)")] = 1.0,
     preemption_budget: Annotated[int | None, typer.Option(
         help="how often one job may be preempted for the policy's ordering; default: no budget")] = None,
+    predictions: Annotated[bool, typer.Option(
+        help="predict run times from the finished jobs of the same tenant and size, as the server does from "
+             "its users' earlier jobs")] = True,
     limit: Annotated[int | None, typer.Option(help="replay only the first N jobs")] = None,
     load: Annotated[str | None, typer.Option(
         help="comma-separated load factors, e.g. 0.5,0.8,1,1.2: jobs arrive that many times as fast, "
@@ -85,7 +88,8 @@ def sim(
         raise UsageError(f"--preemption-budget must be 0 or more, not {preemption_budget}")
     loads = _loads(load)
     scenario = Scenario(trace, fmt, gpus, gpus_per_node, tenants, quotas, limit, tick, requeue_interval,
-                        preempt_grace, restart_overhead, runtime_estimate, preemption_budget=preemption_budget)
+                        preempt_grace, restart_overhead, runtime_estimate, preemption_budget=preemption_budget,
+                        predictions=predictions)
     try:
         scenario.options(policies[0])
         jobs = scenario.jobs()
@@ -167,4 +171,5 @@ def _options(scenario: Scenario) -> dict[str, object]:
         "limit": scenario.limit, "tick": scenario.tick, "requeue_interval": scenario.requeue_interval,
         "preempt_grace": scenario.preempt_grace, "restart_overhead": scenario.restart_overhead,
         "runtime_estimate": scenario.runtime_estimate, "preemption_budget": scenario.preemption_budget,
+        "predictions": scenario.predictions,
     }

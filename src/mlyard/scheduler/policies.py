@@ -21,7 +21,8 @@ started, then their user's share) when ``fair_share`` is on, then by age.
   for the simulator, refused by the server.
 * ``balanced``: least-attained-service on a fine geometric ladder of queues
   (``balanced_base`` × ``balanced_ratio``^k GPU-seconds), fair share and then
-  least attained service inside a queue, the same starvation guard, preemption
+  least attained service inside a queue (or, for a job whose run time is predicted
+  from jobs like it, the service it still needs), the same starvation guard, preemption
   only of jobs ``balanced_margin`` levels below and that have run
   ``min_run_before_preempt`` since they started (a preemption costs a checkpoint and
   a restart), and packing-aware placement.
@@ -249,14 +250,33 @@ class Las(Policy):
 
 
 class Balanced(Las):
+    """Least attained service on a fine ladder. Among jobs of one level, a job whose run time is
+    predicted from the history of jobs like it (``PendingJob.predicted_duration``, trusted
+    predictions only) is ordered by the service it still needs, and the others by the service
+    they attained, as ``las`` orders them: shortest predicted first, as SJF does where durations
+    are known. Predictions reorder waiting jobs only; who may preempt whom stays the ladder's."""
+
     tie_attributes = ("attained_service", "waiting_since")
 
     def thresholds(self, config: SchedulerConfig) -> Sequence[float]:
         return _ladder(config.balanced_base, config.balanced_ratio, config.balanced_levels)
 
+    def by_tie(self, pending: Sequence[PendingJob]) -> list[PendingJob]:
+        ranked = super().by_tie(pending)
+        if any(job.predicted_duration is not None for job in ranked):
+            ranked.sort(key=_service_still_needed)  # stable: equal needs keep the order above
+        return ranked
+
     def may_preempt(self, mine: float, victim: RunningJob, theirs: float, now: float,
                     config: SchedulerConfig) -> bool:
         return theirs >= mine + config.balanced_margin and now - victim.started_at >= config.min_run_before_preempt
+
+
+def _service_still_needed(job: PendingJob) -> float:
+    """The service a predicted job still needs; for any other, what it attained (its LAS key)."""
+    if job.predicted_duration is None:
+        return job.attained_service
+    return pending_rate(job) * max(0.0, job.predicted_duration - job.attained_time)
 
 
 _LADDERS: dict[tuple[float, float, int], tuple[float, ...]] = {}

@@ -161,7 +161,9 @@ class PendingJob:
     ``attained_time`` the wall seconds they ran. Both survive preemption.
     ``queued_since`` is when the job last became pending (None: ``submitted_at``).
     ``max_runtime`` is the user's limit (used by backfill); ``expected_duration`` is
-    the true remaining-free run time, known only to a simulator (``srtf-oracle``).
+    the true remaining-free run time, known only to a simulator (``srtf-oracle``);
+    ``predicted_duration`` is a trusted prediction of the whole run time from the
+    history of jobs like it (``predictions.py``), which ``balanced`` orders by.
     An elastic job lists its replicas at maximum size and may start with only the
     first ``min_replicas`` of them. ``same_node``: every replica on one node;
     ``same_topology``: a node label, every replica on nodes with one value of it (and
@@ -179,6 +181,7 @@ class PendingJob:
     queued_since: float | None = None
     max_runtime: float | None = None
     expected_duration: float | None = None
+    predicted_duration: float | None = None
     min_replicas: int | None = None
     same_node: bool = False
     same_topology: str | None = None

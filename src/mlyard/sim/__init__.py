@@ -73,6 +73,8 @@ class Scenario:
     """Interarrival times are divided by it (see ``load.rescale``); durations stay."""
     preemption_budget: int | None = None
     """``SchedulerConfig.preemption_budget``: None, no budget."""
+    predictions: bool = True
+    """``EngineOptions.predictions``."""
 
     def jobs(self) -> list[TraceJob]:
         jobs = rescale(load_trace(self.trace, self.fmt, tenants=self.tenants, limit=self.limit), self.load)
@@ -95,7 +97,7 @@ class Scenario:
         return EngineOptions(policy=policy, tick=self.tick, requeue_interval=self.requeue_interval,
                              preempt_grace=self.preempt_grace, restart_overhead=self.restart_overhead,
                              runtime_estimate=self.runtime_estimate, gpus_per_node=self.gpus_per_node,
-                             preemption_budget=self.preemption_budget)
+                             preemption_budget=self.preemption_budget, predictions=self.predictions)
 
 
 def replay(scenario: Scenario, policy: str, progress: Progress | None = None,

@@ -37,6 +37,7 @@ class JobState:
         "overhead_left",
         "phase",
         "placements",
+        "predicted",
         "preemptions",
         "queued_since",
         "rate",
@@ -44,6 +45,7 @@ class JobState:
         "run_time",
         "since",
         "stopping",
+        "trusted",
         "units_held",
         "version",
     )
@@ -58,6 +60,10 @@ class JobState:
         self.asked_units = gpus if gpus else sum(replica.shape[1] for replica in replicas)
         self.phase = PENDING
         self.stopping = False
+        self.predicted: float | None = None
+        """The run time predicted at arrival (`scheduler.predictions`), trusted or not."""
+        self.trusted: float | None = None
+        """The prediction where it was trusted: what the policy sees."""
         self.version = 0
         self.done = 0.0
         self.overhead_left = 0.0

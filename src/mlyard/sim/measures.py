@@ -17,6 +17,10 @@ Definitions (all times in seconds; only jobs that were replayed, not rejected on
 * Jain's fairness index over tenants of x = 1 / (tenant's mean bounded slowdown):
   (Σx)² / (n·Σx²), 1 when every tenant is slowed down alike, 1/n when one tenant
   gets all the service.
+* Prediction error = the median relative error |predicted − duration| / duration of the
+  run times predicted at arrival (``scheduler.predictions``), over the jobs that had one;
+  predicted share = how many jobs had one; trusted share = how many had one the predictor
+  trusted (from its key's recent errors), which the policy sees.
 * Percentiles are nearest-rank: the value at rank ⌈p/100 · n⌉ of the sorted sample,
   always an observed value, with no interpolation and no numpy.
 """
@@ -27,6 +31,8 @@ import math
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
+
+from mlyard.scheduler.predictions import median_relative_error
 
 from .simulator import SimulationResult
 
@@ -50,6 +56,9 @@ class Metrics:
     p99_bounded_slowdown: float
     preemptions_per_job: float
     jain_fairness: float
+    predicted_share: float
+    trusted_share: float
+    prediction_error: float
     decision_p50_ms: float
     decision_p99_ms: float
     decide_calls: int
@@ -99,12 +108,24 @@ def summarize(result: SimulationResult) -> Metrics:
         p99_bounded_slowdown=percentile(slowdown, 99),
         preemptions_per_job=sum(job.preemptions for job in outcomes) / len(outcomes) if outcomes else math.nan,
         jain_fairness=jain_index(outcomes, slowdown),
+        predicted_share=_share(outcomes, lambda job: job.predicted is not None),
+        trusted_share=_share(outcomes, lambda job: job.trusted),
+        prediction_error=_nan_for_none(median_relative_error(
+            (job.predicted, job.duration) for job in outcomes if job.predicted is not None)),
         decision_p50_ms=percentile(latencies, 50) * 1000,
         decision_p99_ms=percentile(latencies, 99) * 1000,
         decide_calls=len(latencies),
         decide_seconds=math.fsum(latencies),
         wall_seconds=result.wall_seconds,
     )
+
+
+def _nan_for_none(value: float | None) -> float:
+    return math.nan if value is None else value
+
+
+def _share(outcomes, test) -> float:
+    return sum(1 for job in outcomes if test(job)) / len(outcomes) if outcomes else math.nan
 
 
 def steady_window(result: SimulationResult, first: float, last: float) -> tuple[float, float]:

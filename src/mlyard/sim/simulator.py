@@ -44,6 +44,7 @@ from mlyard.scheduler import (
     StartJob,
     unschedulable_reason,
 )
+from mlyard.scheduler.predictions import DurationHistory
 
 from .cluster import fits_on_distinct_nodes, gang, node_types
 from .jobstate import COMPLETE, COMPLETED, PENDING, RUNNING, STOPPED, JobState
@@ -71,6 +72,11 @@ class EngineOptions:
     gpus_per_node: int = 8
     preemption_budget: int | None = None
     """``SchedulerConfig.preemption_budget``: None, no budget."""
+    predictions: bool = True
+    """Predict each job's run time from the jobs of its tenant and size that finished before it
+    arrived (``scheduler.predictions``), as the server does from its users' earlier jobs; the
+    policy sees the trusted ones. A trace records no command, so tenant and size is all a
+    prediction has to go on."""
     check_every_round: bool = False
     """Re-audit the whole ledger after each call (slow; for tests)."""
 
@@ -96,6 +102,10 @@ class JobOutcome:
     run_time: float
     """Wall seconds it held resources, over all attempts (grace periods and restart overhead included)."""
     preemptions: int
+    predicted: float | None = None
+    """The run time predicted when it arrived (trusted or not); None: no history to go on."""
+    trusted: bool = False
+    """Whether that prediction was trusted, so the policy saw it."""
 
 
 @dataclass(slots=True)
@@ -143,6 +153,9 @@ class _Engine:
         self.busy, self.busy_times, self.busy_gpus = 0, array("d", [0.0]), array("d", [0.0])
         self.latencies = array("d")
         self.dirty = False
+        self.history = DurationHistory()
+        self.waiting_by_key: dict[tuple[str, int], set[int]] = {}
+        """The pending jobs of each prediction key, whose predictions a finished job of it refreshes."""
 
     def _admit(self, jobs: Sequence[TraceJob]) -> list[tuple[TraceJob, tuple[ReplicaRequest, ...]]]:
         shapes: dict[tuple, tuple[tuple[ReplicaRequest, ...], str | None]] = {}
@@ -239,6 +252,11 @@ class _Engine:
 
     def _arrive(self, job: TraceJob, replicas: tuple[ReplicaRequest, ...]) -> None:
         state = JobState(job, replicas)
+        if self.options.predictions:
+            key = (job.tenant, job.gpus)
+            state.predicted = self.history.predict(key)
+            state.trusted = self.history.trusted_prediction(key)
+            self.waiting_by_key.setdefault(key, set()).add(job.job_id)
         self.states[job.job_id] = state
         self.pending[job.job_id] = self._pending_view(state)
         self.dirty = True
@@ -251,6 +269,8 @@ class _Engine:
                                   f"({'unknown job' if state is None else state.phase})")
         state.begin_attempt(now, self.options.restart_overhead)
         del self.pending[state.job.job_id]
+        if self.options.predictions:
+            self.waiting_by_key[state.job.tenant, state.job.gpus].discard(state.job.job_id)
         self._place(state, decision, now)
 
     def _place(self, state: JobState, decision: StartJob | Resize, now: float) -> None:
@@ -289,12 +309,29 @@ class _Engine:
         state.version += 1  # a grace period still running ends with nothing to stop
         self.outcomes.append(JobOutcome(state.job.job_id, state.job.tenant, state.job.submitted_at,
                                         state.job.duration, state.job.gpus, moment, state.run_time,
-                                        state.preemptions))
+                                        state.preemptions, state.predicted, state.trusted is not None))
+        if self.options.predictions:
+            self._learn(state)
 
     def _stopped(self, state: JobState, moment: float) -> None:
         self._release(state, moment)
         state.end_attempt(moment)
         self.pending[state.job.job_id] = self._pending_view(state)
+        if self.options.predictions:
+            self.waiting_by_key[state.job.tenant, state.job.gpus].add(state.job.job_id)
+
+    def _learn(self, state: JobState) -> None:
+        """A finished job joins its key's history; the jobs of the key still waiting see the new
+        trusted prediction at once, as the server's next pass would show them."""
+        key = (state.job.tenant, state.job.gpus)
+        self.history.record(key, state.job.duration, state.predicted)
+        trusted = self.history.trusted_prediction(key)
+        for job_id in self.waiting_by_key.get(key, ()):
+            waiting = self.states[job_id]
+            if waiting.trusted != trusted:
+                waiting.trusted = trusted
+                self.pending[job_id] = self._pending_view(waiting)
+                self.dirty = True
 
     def _release(self, state: JobState, moment: float) -> None:
         self.ledger.release(state.placements)
@@ -326,7 +363,7 @@ class _Engine:
             priority=job.priority, user=job.tenant, attained_service=state.attained_service,
             attained_time=state.attained_time, queued_since=state.queued_since,
             max_runtime=job.duration * self.options.runtime_estimate, expected_duration=job.duration,
-            min_replicas=state.job_min_replicas,
+            predicted_duration=self._predicted(state), min_replicas=state.job_min_replicas,
         )
 
     def _running_view(self, state: JobState) -> RunningJob:
@@ -340,6 +377,13 @@ class _Engine:
             stopping=state.stopping, min_replicas=state.job_min_replicas, grow_replicas=grow,
             preemptions=state.preemptions,
         )
+
+
+    def _predicted(self, state: JobState) -> float | None:
+        """The trusted prediction, which no job outlives its limit beyond (as on the server)."""
+        if state.trusted is None:
+            return None
+        return min(state.trusted, state.job.duration * self.options.runtime_estimate)
 
 
 def _name(decision: StartJob | Preempt | Resize) -> str:

@@ -48,8 +48,9 @@ def scans(database: Database, statement: str, parameters) -> list[str]:
 def test_the_hot_queries_use_indexes(tmp_path: Path, database_url: str) -> None:
     database, backend, controller = make_world(tmp_path, database_url, cpus=2)
     running = submit(database)
-    controller.reconcile_once()  # the first pass loads the waiting jobs: a read by status
     statements = captured(database)
+    # The first pass loads the waiting jobs and the run times of those that succeeded: reads by status.
+    controller.reconcile_once()
     controller.reconcile_once()
     waiting = [submit(database) for _ in range(3)]
     controller.reconcile_once()  # the changed jobs, the running attempt, the waiting reasons

@@ -22,7 +22,10 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from mlyard.scheduler import PendingJob, ReplicaRequest
+from mlyard.scheduler.predictions import DurationHistory
 from mlyard.server import heap
+from mlyard.server.control import run_times
+from mlyard.server.control.run_times import RerunKey
 from mlyard.server.scheduler_terms import replica_requests, smallest_gang
 from mlyard.server.store.rows import JobRevisionRow, JobRow, UserRow
 from mlyard.spec import JobSpec, JobStatus
@@ -67,6 +70,8 @@ class QueuedJob:
     wait_reason: str | None
     """As stored: the controller writes a reason only when it differs."""
     gang: Gang
+    rerun: RerunKey
+    """Whose finished runs predict its run time (`run_times.rerun_key`)."""
 
     @property
     def job_id(self) -> int:
@@ -93,6 +98,10 @@ class QueuedJobs:
         self._added: list[QueuedJob] = []
         self._shared: dict[object, object] = {}
         self._demands: dict[str, _Demand] = {}
+        self.history = DurationHistory()
+        """Run times of the jobs that succeeded (`run_times.py`), loaded by the first refresh."""
+        self._waiting_reruns: dict[RerunKey, set[int]] = {}
+        """The waiting jobs of each rerun key, whose predictions a run of it that ends refreshes."""
         self.version = 0
         """Grows whenever a job comes, goes or changes: equal versions, equal jobs."""
         self.rows_read = 0
@@ -108,6 +117,7 @@ class QueuedJobs:
         self._jobs.clear()
         self._restarting_jobs.clear()
         self._demands.clear()
+        self._waiting_reruns.clear()
         self._seen = None
         self._order = None
         self.version += 1
@@ -117,17 +127,19 @@ class QueuedJobs:
         if self._seen is None:
             # Read the revision first: a change committed after it is read again next time.
             self._seen = session.scalar(select(JobRevisionRow.value).where(JobRevisionRow.id == 1)) or 0
+            self.history = run_times.load(session)
             rows = session.execute(self._select().where(JobRow.status.in_(WAITING))
                                    .execution_options(yield_per=2000))
         else:
             rows = session.execute(self._select().where(JobRow.revision > self._seen).order_by(JobRow.revision))
-        changed, new = False, []
+        changed, new, succeeded = False, [], []
         for row in rows:
             self.rows_read += 1
             self._seen = max(self._seen, row.revision)
             if row.status not in WAITING:
-                changed |= self._jobs.pop(row.id, None) is not None
-                self._restarting_jobs.pop(row.id, None)
+                changed |= self._drop(row.id)
+                if row.status == JobStatus.SUCCEEDED.value:
+                    succeeded.append(row)
             elif row.id in self._jobs:
                 self._update(self._jobs[row.id], row)
                 self._track(self._jobs[row.id])
@@ -138,6 +150,7 @@ class QueuedJobs:
                     self._add(session, new)
                     new = []
         self._add(session, new)
+        changed |= self._learn(session, succeeded)
         if changed:
             self._order = None
         elif self._order is not None:  # only new jobs: each goes to its place, mostly the end
@@ -154,9 +167,44 @@ class QueuedJobs:
         specs = dict(session.execute(select(JobRow.id, JobRow.spec).where(JobRow.id.in_(ids))).all())
         for row in rows:
             if row.id in specs:
-                job = self._jobs[row.id] = self._entry(row, self._demand(specs[row.id]))
+                job = self._jobs[row.id] = self._entry(row, self._demand(specs[row.id]),
+                                                       self._share(run_times.rerun_key(row.name, specs[row.id])))
+                self._waiting_reruns.setdefault(job.rerun, set()).add(job.job_id)
                 self._track(job)
                 self._added.append(job)
+
+    def _learn(self, session: Session, rows: list) -> bool:
+        """Adds the run times of jobs that succeeded to the history and gives the waiting reruns
+        of each their new prediction; whether any changed."""
+        changed = False
+        for start in range(0, len(rows), _CHUNK):
+            chunk = rows[start:start + _CHUNK]
+            specs = dict(session.execute(select(JobRow.id, JobRow.spec).where(JobRow.id.in_([row.id for row in chunk]))
+                                         ).all())
+            for row in chunk:
+                if row.id not in specs:
+                    continue
+                key = run_times.rerun_key(row.name, specs[row.id])
+                run_times.record(self.history, key, row.attained_time)
+                for job_id in self._waiting_reruns.get(key, ()):
+                    job = self._jobs[job_id]
+                    seconds = run_times.predicted(self.history, key, job.pending.max_runtime)
+                    if seconds != job.pending.predicted_duration:
+                        job.pending = replace(job.pending, predicted_duration=seconds)
+                        changed = True
+        return changed
+
+    def _drop(self, job_id: int) -> bool:
+        job = self._jobs.pop(job_id, None)
+        self._restarting_jobs.pop(job_id, None)
+        if job is None:
+            return False
+        reruns = self._waiting_reruns.get(job.rerun)
+        if reruns is not None:
+            reruns.discard(job_id)
+            if not reruns:
+                del self._waiting_reruns[job.rerun]
+        return True
 
     def settle(self) -> None:
         """Freezes the kept jobs out of garbage collections (`server/heap.py`) once their number
@@ -168,8 +216,7 @@ class QueuedJobs:
 
     def forget(self, job_id: int) -> None:
         """A job found gone (deleted) when it was to start."""
-        if self._jobs.pop(job_id, None) is not None:
-            self._restarting_jobs.pop(job_id, None)
+        if self._drop(job_id):
             self._order = None
             self.version += 1
 
@@ -242,16 +289,18 @@ class QueuedJobs:
             )
         return demand
 
-    def _entry(self, row, demand: _Demand) -> QueuedJob:
+    def _entry(self, row, demand: _Demand, rerun: RerunKey) -> QueuedJob:
         pending = PendingJob(
             job_id=row.id, submitted_at=row.submitted_at, replicas=demand.replicas,
             queue=self._share(row.queue), priority=row.priority, user=self._share(row.name or ""),
             attained_service=row.attained_service, attained_time=row.attained_time, queued_since=row.queued_since,
-            max_runtime=demand.max_runtime, min_replicas=demand.min_replicas, same_node=demand.same_node,
-            same_topology=demand.same_topology,
+            max_runtime=demand.max_runtime, predicted_duration=run_times.predicted(self.history, rerun,
+                                                                                  demand.max_runtime),
+            min_replicas=demand.min_replicas, same_node=demand.same_node, same_topology=demand.same_topology,
         )
         return QueuedJob(pending=pending, project=self._share(row.project), status=self._share(row.status),
-                         restart_at=row.restart_at, wait_reason=self._share(row.wait_reason), gang=demand.gang)
+                         restart_at=row.restart_at, wait_reason=self._share(row.wait_reason), gang=demand.gang,
+                         rerun=rerun)
 
     def _update(self, job: QueuedJob, row) -> None:
         pending = job.pending
