@@ -354,6 +354,25 @@ def test_running_elastic_job_grows_only_when_nobody_waits():
     assert decisions.resizes[0].placements[:2] == placements
 
 
+def test_idle_gpus_go_to_the_elastic_job_that_gains_most_from_them():
+    nodes = [gpu_node("a", 4)]
+
+    def holding_one(job_id: int, gpu: int, serial_fraction: float | None) -> RunningJob:
+        held = (ReplicaPlacement("worker", 0, "a", (gpu,), (gpu,), GIB),)
+        grow = tuple(ReplicaRequest("worker", i, 1, GIB, 1) for i in range(1, 3))
+        return RunningJob(job_id, held, min_replicas=1, grow_replicas=grow, serial_fraction=serial_fraction)
+
+    def grown(*jobs: RunningJob) -> dict[int, int]:
+        return {r.job_id: len(r.placements) for r in run("balanced", nodes, list(jobs), []).resizes}
+
+    # Two idle GPUs: a second replica makes a job with half its step serial a third faster; a
+    # well-scaling job's second makes it 90% faster, and its third 43% more.
+    assert grown(holding_one(1, 0, 0.5), holding_one(2, 1, 0.05)) == {2: 3}
+    assert grown(holding_one(1, 0, 0.05), holding_one(2, 1, 0.05)) == {1: 2, 2: 2}, "equal gains alternate"
+    assert grown(holding_one(1, 0, None), holding_one(2, 1, None)) == {1: 2, 2: 2}, "unknown: linear"
+    assert grown(holding_one(1, 0, 0.5), holding_one(2, 1, None)) == {2: 3}
+
+
 def test_elastic_job_shrinks_before_anyone_is_preempted():
     nodes = [gpu_node("a", 4)]
     placements = tuple(ReplicaPlacement("worker", i, "a", (i,), (i,), GIB) for i in range(4))

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from .placement import place_gang, place_on
 from .quotas import request_amounts
 from .reasons import count_of
+from .scaling import relative_gain
 from .snapshot import (
     PendingJob,
     ReplicaPlacement,
@@ -71,25 +73,53 @@ def backfill_placement(state: RoundState, job: PendingJob, gang: Sequence[Replic
     return placements
 
 
+@dataclass(slots=True)
+class _Growing:
+    job: PendingJob | RunningJob
+    held: list[ReplicaPlacement]
+    extra: list[ReplicaRequest]
+    start: int | None
+    """Its place in ``state.starts`` (a job starting this round); None for a running job."""
+    added: int = 0
+
+
 def grow_elastic(state: RoundState) -> None:
-    """Nobody waits for resources: elastic jobs grow into what is idle, one replica at a time."""
+    """Nobody waits for resources: elastic jobs grow into what is idle, one replica at a time,
+    each to the job it makes relatively the most faster (``scaling.relative_gain``: a small job
+    before a big one, a job that scales well before one whose next replica adds little). Equal
+    gains go in order: jobs starting now, then running ones. A job whose next replica does not
+    fit grows no more this round."""
+    growing: list[_Growing] = []
     for position, start in enumerate(state.starts):
         pending = next((job for job in state.snapshot.pending if job.job_id == start.job_id), None)
-        if pending is None or pending.min_replicas is None:
-            continue
-        added = add_replicas(state, pending, start.placements, pending.replicas[len(start.placements):])
-        if added:
-            state.starts[position] = StartJob(start.job_id, start.placements + added,
-                                              f"started with {len(start.placements) + len(added)} replicas")
+        if pending is not None and pending.min_replicas is not None:
+            growing.append(_Growing(pending, list(start.placements), list(pending.replicas[len(start.placements):]),
+                                    position))
     for run in state.snapshot.running:
-        if run.stopping or run.job_id in state.taken or not run.grow_replicas:
-            continue
-        added = add_replicas(state, run, run.placements, run.grow_replicas)
+        if not (run.stopping or run.job_id in state.taken or not run.grow_replicas):
+            growing.append(_Growing(run, list(run.placements), list(run.grow_replicas), None))
+    candidates = [grower for grower in growing if grower.extra]
+    while candidates:
+        best = max(range(len(candidates)),
+                   key=lambda index: (relative_gain(len(candidates[index].held), candidates[index].job.serial_fraction),
+                                      -index))
+        grower = candidates[best]
+        added = add_replicas(state, grower.job, grower.held, grower.extra[:1])
         if added:
-            state.resizes[run.job_id] = Resize(
-                run.job_id, run.placements + added,
-                f"grown to {count_of(len(run.placements) + len(added), 'replica')} into idle capacity",
-            )
+            grower.held.extend(added)
+            grower.added += 1
+            grower.extra.pop(0)
+        if not added or not grower.extra:
+            candidates.pop(best)
+    for grower in growing:
+        if not grower.added:
+            continue
+        size = len(grower.held)
+        if grower.start is not None:
+            state.starts[grower.start] = StartJob(grower.job.job_id, tuple(grower.held), f"started with {size} replicas")
+        else:
+            state.resizes[grower.job.job_id] = Resize(
+                grower.job.job_id, tuple(grower.held), f"grown to {count_of(size, 'replica')} into idle capacity")
 
 
 def add_replicas(state: RoundState, job: PendingJob | RunningJob, held: Sequence[ReplicaPlacement],

@@ -165,7 +165,8 @@ class PendingJob:
     ``predicted_duration`` is a trusted prediction of the whole run time from the
     history of jobs like it (``predictions.py``), which ``balanced`` orders by.
     An elastic job lists its replicas at maximum size and may start with only the
-    first ``min_replicas`` of them. ``same_node``: every replica on one node;
+    first ``min_replicas`` of them; ``serial_fraction`` says how its throughput grows
+    with them (Amdahl's law, ``scaling.py``; None: unknown, taken as linear). ``same_node``: every replica on one node;
     ``same_topology``: a node label, every replica on nodes with one value of it (and
     the label). The job waits, with a reason, rather than be placed otherwise.
     """
@@ -183,6 +184,7 @@ class PendingJob:
     expected_duration: float | None = None
     predicted_duration: float | None = None
     min_replicas: int | None = None
+    serial_fraction: float | None = None
     same_node: bool = False
     same_topology: str | None = None
     shape: tuple[tuple[int, float, int, tuple[str, ...]], ...] = field(
@@ -246,7 +248,8 @@ class RunningJob:
     resources but is never chosen as a victim again. An elastic job names its
     ``min_replicas`` and, in ``grow_replicas``, the requests of the replicas it could
     still add (in order), so the scheduler can grow or shrink it; what it adds keeps to
-    its placement constraints (``same_node``, ``same_topology``, as ``PendingJob``'s).
+    its placement constraints (``same_node``, ``same_topology``, as ``PendingJob``'s), and
+    ``serial_fraction`` is as ``PendingJob``'s.
     ``preemptions``: how often the job was preempted before, weighed against
     ``SchedulerConfig.preemption_budget``.
     """
@@ -265,6 +268,7 @@ class RunningJob:
     stopping: bool = False
     min_replicas: int | None = None
     grow_replicas: tuple[ReplicaRequest, ...] = ()
+    serial_fraction: float | None = None
     preemptions: int = 0
     same_node: bool = False
     same_topology: str | None = None

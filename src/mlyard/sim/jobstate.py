@@ -2,7 +2,8 @@
 
 Progress is measured in seconds of work at full size: a job of duration ``d``
 is done when ``done == d``. Holding ``k`` of the ``n`` GPUs it asks for, it
-progresses at ``k / n`` (elastic jobs); a restarted job first spends its restart
+progresses at ``k / n`` (elastic jobs), or, with a serial fraction, at
+``speedup(k) / speedup(n)`` of its replicas (``scheduler.scaling``); a restarted job first spends its restart
 overhead, in wall seconds, making no progress.
 
 Attained service is folded into ``attained_service``/``attained_time`` whenever
@@ -14,6 +15,7 @@ holds for the snapshot at all times.
 from __future__ import annotations
 
 from mlyard.scheduler import ReplicaPlacement, ReplicaRequest
+from mlyard.scheduler.scaling import speedup
 
 from .traces import TraceJob
 
@@ -93,7 +95,11 @@ class JobState:
         self.gpus_held = sum(len(placement.gpu_ids) for placement in placements)
         gpu_job = any(replica.gpu for replica in self.replicas)
         self.units_held = self.gpus_held if gpu_job else sum(placement.cpu for placement in placements)
-        self.rate = self.units_held / self.asked_units if self.asked_units else 1.0
+        serial = self.job.serial_fraction
+        if serial:
+            self.rate = speedup(len(placements), serial) / speedup(len(self.replicas), serial)
+        else:
+            self.rate = self.units_held / self.asked_units if self.asked_units else 1.0
         self.since = self.held_since = now
 
     def advance(self, now: float) -> None:

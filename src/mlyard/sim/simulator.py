@@ -72,6 +72,10 @@ class EngineOptions:
     gpus_per_node: int = 8
     preemption_budget: int | None = None
     """``SchedulerConfig.preemption_budget``: None, no budget."""
+    scaling: bool = True
+    """Tell the scheduler each elastic job's serial fraction, which the server is to learn from
+    the throughput a job reports at each size; a simulated job's is exact, so this is the best
+    that learning gives. False: the scheduler takes every job as scaling linearly."""
     predictions: bool = True
     """Predict each job's run time from the jobs of its tenant and size that finished before it
     arrived (``scheduler.predictions``), as the server does from its users' earlier jobs; the
@@ -364,6 +368,7 @@ class _Engine:
             attained_time=state.attained_time, queued_since=state.queued_since,
             max_runtime=job.duration * self.options.runtime_estimate, expected_duration=job.duration,
             predicted_duration=self._predicted(state), min_replicas=state.job_min_replicas,
+            serial_fraction=self._serial_fraction(state),
         )
 
     def _running_view(self, state: JobState) -> RunningJob:
@@ -375,9 +380,13 @@ class _Engine:
             attained_service=state.attained_service, attained_time=state.attained_time,
             max_runtime=job.duration * self.options.runtime_estimate, expected_duration=job.duration,
             stopping=state.stopping, min_replicas=state.job_min_replicas, grow_replicas=grow,
+            serial_fraction=self._serial_fraction(state),
             preemptions=state.preemptions,
         )
 
+
+    def _serial_fraction(self, state: JobState) -> float | None:
+        return state.job.serial_fraction if self.options.scaling and state.job_min_replicas is not None else None
 
     def _predicted(self, state: JobState) -> float | None:
         """The trusted prediction, which no job outlives its limit beyond (as on the server)."""

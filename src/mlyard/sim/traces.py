@@ -65,6 +65,9 @@ class TraceJob:
     min_replicas: int | None = None
     """Elastic jobs only: the replicas it can start with. No public trace records
     elasticity, so the loaders never set it; synthetic workloads may."""
+    serial_fraction: float = 0.0
+    """Elastic jobs only: Amdahl's serial fraction of its steps (``scheduler.scaling``): holding
+    k of its n replicas it progresses at speedup(k) / speedup(n) of its full rate. 0: linearly."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,6 +26,7 @@ from mlyard.scheduler import ClusterSnapshot, weighs_time
 from mlyard.server.control import project_limits
 from mlyard.server.control.attempts import holding_attempts
 from mlyard.server.control.queued_jobs import QueuedJobs
+from mlyard.server.control.scaling_fits import ScalingFits
 from mlyard.server.control.scheduler_input import running_job, scheduler_queues
 from mlyard.server.scheduler_terms import scheduler_node
 from mlyard.server.settings import ServerSettings
@@ -54,6 +55,8 @@ class Rounds:
         self.database = database
         self.settings = settings
         self.queued = QueuedJobs()
+        self.scaling = ScalingFits()
+        """Running elastic jobs' scaling curves, from the throughput they report (`scaling_fits.py`)."""
         self.next_restart_at: float | None = None
         """When the next restart backoff still running ends (the loop wakes for it)."""
         self.come_back_at: float | None = None
@@ -83,6 +86,8 @@ class Rounds:
                 specs = self.database.specs.load(session, [attempt.job for attempt in holding])
             else:
                 holding, specs = known
+            fractions = self.scaling.fractions(
+                session, [attempt.job_id for attempt in holding if specs[attempt.job_id].elastic is not None], now)
             nodes = session.scalars(select(NodeRow)).all()
             queue_rows = session.scalars(select(QueueRow)).all()
             projects = {row.name: row for row in session.scalars(select(ProjectRow))}
@@ -93,7 +98,8 @@ class Rounds:
             self._last_inputs = None
             return None
         scheduler_nodes = tuple(scheduler_node(row) for row in nodes)
-        running = tuple(running_job(attempt, specs[attempt.job_id]) for attempt in holding)
+        running = tuple(running_job(attempt, specs[attempt.job_id], fractions.get(attempt.job_id))
+                        for attempt in holding)
         queues = scheduler_queues(queue_rows)
         config = self.settings.scheduler_config()
         inputs = (scheduler_nodes, running, queues, config, project_limits.limits_of(projects),

@@ -67,7 +67,8 @@ def pending_job(row: JobRow, spec: JobSpec) -> PendingJob:
     )
 
 
-def running_job(attempt: AttemptRow, spec: JobSpec) -> RunningJob:
+def running_job(attempt: AttemptRow, spec: JobSpec, serial_fraction: float | None = None) -> RunningJob:
+    """`serial_fraction`: the job's fitted scaling curve (`scaling_fits.py`), elastic jobs only."""
     job = attempt.job
     held = {(replica.role, replica.index) for replica in attempt.replicas}
     elastic = spec.elastic is not None
@@ -101,6 +102,7 @@ def running_job(attempt: AttemptRow, spec: JobSpec) -> RunningJob:
         ) if elastic else (),
         same_node=spec.placement.same_node,
         same_topology=spec.placement.same_topology,
+        serial_fraction=serial_fraction if elastic else None,
     )
 
 
