@@ -1,5 +1,6 @@
-"""Replays that predict run times from the jobs that finished before (`EngineOptions.predictions`):
-on a workload of reruns, predictions come true, are trusted, and `balanced` orders by them.
+"""Replays that hand the policy run times predicted from the jobs that finished before
+(`EngineOptions.predictions`): on a workload of reruns, predictions come true, are trusted, and
+`balanced` orders by them.
 
 One team submits, every four hours or so, a two-hour training job on four GPUs and a
 five-minute evaluation on three, together, to a four-GPU machine. Without predictions the
@@ -52,7 +53,7 @@ def test_the_evaluations_known_to_be_short_go_first(replays) -> None:
         return spans[len(spans) // 2]
 
     without, with_predictions = summarize(replays[False]), summarize(replays[True])
-    assert without.predicted_share == 0 and without.trusted_share == 0
+    assert without.trusted_share > 0.8, "predicted and reported all the same, only not used"
     assert evaluations_median_jct(True) < 0.5 * evaluations_median_jct(False)  # 378 s against 1,029 s
     assert with_predictions.avg_jct < without.avg_jct
     assert with_predictions.preemptions_per_job < without.preemptions_per_job  # no training preempted for them

@@ -41,17 +41,16 @@ def test_two_policies_side_by_side_and_a_json_file(tmp_path: Path, tiny: Path):
     document = json.loads(out.read_text())
     assert document["cluster_gpus"] == 4 and document["nodes"] == 2 and document["options"]["tick"] == 10
     assert document["options"]["preemption_budget"] is None  # each policy's own
-    assert document["options"]["predictions"] is True
+    assert document["options"]["predictions"] is False
     fifo, backfill = document["results"]
     assert (fifo["policy"], fifo["avg_jct"], fifo["jobs"]) == ("fifo", 140, 5)
     assert fifo["load"] == backfill["load"] == 1 and [point["load"] for point in document["loads"]] == [1]
     assert backfill["avg_jct"] == 66 and backfill["avg_jct_vs_fifo"] == pytest.approx(66 / 140)
 
 
-def test_run_times_are_predicted_from_reruns_unless_turned_off(tmp_path: Path):
+def test_run_times_are_predicted_and_reported_and_handed_to_the_policy_when_asked(tmp_path: Path):
     trace = tmp_path / "reruns.csv"
     trace.write_text(ITP_HEADER + "\n" + "".join(f"j{n},{100 * n},100,1\n" for n in range(12)))
-    shares = {}
     for flag in ("--predictions", "--no-predictions"):
         out = tmp_path / f"{flag}.json"
         result = mlyard_sim("--trace", str(trace), "--format", "itp", "--gpus", "2", "--gpus-per-node", "2",
@@ -61,10 +60,7 @@ def test_run_times_are_predicted_from_reruns_unless_turned_off(tmp_path: Path):
         document = json.loads(out.read_text())
         assert document["options"]["predictions"] is (flag == "--predictions")
         [metrics] = document["results"]
-        shares[flag] = (metrics["predicted_share"], metrics["prediction_error"])
-    predicted, error = shares["--predictions"]
-    assert predicted > 0.5 and error == 0.0  # every rerun runs 100 s
-    assert shares["--no-predictions"] == (0.0, None)
+        assert metrics["predicted_share"] > 0.5 and metrics["prediction_error"] == 0.0  # every rerun runs 100 s
 
 
 @pytest.mark.parametrize(

@@ -60,8 +60,9 @@ def sim(
     preemption_budget: Annotated[int | None, typer.Option(
         help="how often one job may be preempted for the policy's ordering; default: no budget")] = None,
     predictions: Annotated[bool, typer.Option(
-        help="predict run times from the finished jobs of the same tenant and size, as the server does from "
-             "its users' earlier jobs")] = True,
+        help="hand the policy run times predicted from the finished jobs of the same tenant and size, as the "
+             "server does from its users' earlier runs; replays report how close predictions come either way")
+    ] = False,
     limit: Annotated[int | None, typer.Option(help="replay only the first N jobs")] = None,
     load: Annotated[str | None, typer.Option(
         help="comma-separated load factors, e.g. 0.5,0.8,1,1.2: jobs arrive that many times as fast, "

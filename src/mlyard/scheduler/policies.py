@@ -254,7 +254,9 @@ class Balanced(Las):
     predicted from the history of jobs like it (``PendingJob.predicted_duration``, trusted
     predictions only) is ordered by the service it still needs, and the others by the service
     they attained, as ``las`` orders them: shortest predicted first, as SJF does where durations
-    are known. Predictions reorder waiting jobs only; who may preempt whom stays the ladder's."""
+    are known. A job trusted to be long thus waits behind the level's jobs nothing is known of,
+    which least-attained-service takes to be short. Predictions reorder waiting jobs only; who
+    may preempt whom stays the ladder's."""
 
     tie_attributes = ("attained_service", "waiting_since")
 

@@ -16,6 +16,8 @@ short ones and raises the average completion time (`docs/simulator.md`, "Elastic
 
 from __future__ import annotations
 
+import math
+
 
 def speedup(replicas: int, serial_fraction: float | None) -> float:
     """The work per second of ``replicas`` replicas, in replicas' worth."""
@@ -26,5 +28,8 @@ def speedup(replicas: int, serial_fraction: float | None) -> float:
 
 
 def relative_gain(replicas: int, serial_fraction: float | None) -> float:
-    """How much faster one more replica makes a job that has ``replicas``: a share of its rate."""
+    """How much faster one more replica makes a job that has ``replicas``: a share of its rate
+    (without any, infinitely)."""
+    if replicas <= 0:
+        return math.inf
     return speedup(replicas + 1, serial_fraction) / speedup(replicas, serial_fraction) - 1.0

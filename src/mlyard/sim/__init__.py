@@ -73,7 +73,7 @@ class Scenario:
     """Interarrival times are divided by it (see ``load.rescale``); durations stay."""
     preemption_budget: int | None = None
     """``SchedulerConfig.preemption_budget``: None, no budget."""
-    predictions: bool = True
+    predictions: bool = False
     """``EngineOptions.predictions``."""
 
     def jobs(self) -> list[TraceJob]:

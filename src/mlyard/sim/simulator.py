@@ -73,14 +73,15 @@ class EngineOptions:
     preemption_budget: int | None = None
     """``SchedulerConfig.preemption_budget``: None, no budget."""
     scaling: bool = True
-    """Tell the scheduler each elastic job's serial fraction, which the server is to learn from
-    the throughput a job reports at each size; a simulated job's is exact, so this is the best
-    that learning gives. False: the scheduler takes every job as scaling linearly."""
-    predictions: bool = True
-    """Predict each job's run time from the jobs of its tenant and size that finished before it
-    arrived (``scheduler.predictions``), as the server does from its users' earlier jobs; the
-    policy sees the trusted ones. A trace records no command, so tenant and size is all a
-    prediction has to go on."""
+    """Tell the scheduler each running elastic job's serial fraction, as the server learns it from
+    the throughput a job reports at each size (a simulated job's is exact: the best learning
+    gives). A waiting job's is not told, as the server fits running jobs only. False: the
+    scheduler takes every job as scaling linearly."""
+    predictions: bool = False
+    """Hand the policy the trusted run-time predictions (``scheduler.predictions``), as the server
+    does. Replays predict each job's run time from the finished jobs of its tenant and size
+    either way, and report how close they came; a trace records no command, and tenant and
+    size are not what makes a job a rerun, so they are not used unless asked."""
     check_every_round: bool = False
     """Re-audit the whole ledger after each call (slow; for tests)."""
 
@@ -109,7 +110,8 @@ class JobOutcome:
     predicted: float | None = None
     """The run time predicted when it arrived (trusted or not); None: no history to go on."""
     trusted: bool = False
-    """Whether that prediction was trusted, so the policy saw it."""
+    """Whether its key's prediction was trusted when it last waited (the policy saw it, where
+    ``EngineOptions.predictions`` hands predictions to it)."""
 
 
 @dataclass(slots=True)
@@ -256,11 +258,10 @@ class _Engine:
 
     def _arrive(self, job: TraceJob, replicas: tuple[ReplicaRequest, ...]) -> None:
         state = JobState(job, replicas)
-        if self.options.predictions:
-            key = (job.tenant, job.gpus)
-            state.predicted = self.history.predict(key)
-            state.trusted = self.history.trusted_prediction(key)
-            self.waiting_by_key.setdefault(key, set()).add(job.job_id)
+        key = (job.tenant, job.gpus)
+        state.predicted = self.history.predict(key)
+        state.trusted = self.history.trusted_prediction(key)
+        self.waiting_by_key.setdefault(key, set()).add(job.job_id)
         self.states[job.job_id] = state
         self.pending[job.job_id] = self._pending_view(state)
         self.dirty = True
@@ -273,8 +274,7 @@ class _Engine:
                                   f"({'unknown job' if state is None else state.phase})")
         state.begin_attempt(now, self.options.restart_overhead)
         del self.pending[state.job.job_id]
-        if self.options.predictions:
-            self.waiting_by_key[state.job.tenant, state.job.gpus].discard(state.job.job_id)
+        self.waiting_by_key[state.job.tenant, state.job.gpus].discard(state.job.job_id)
         self._place(state, decision, now)
 
     def _place(self, state: JobState, decision: StartJob | Resize, now: float) -> None:
@@ -314,15 +314,15 @@ class _Engine:
         self.outcomes.append(JobOutcome(state.job.job_id, state.job.tenant, state.job.submitted_at,
                                         state.job.duration, state.job.gpus, moment, state.run_time,
                                         state.preemptions, state.predicted, state.trusted is not None))
-        if self.options.predictions:
-            self._learn(state)
+        self._learn(state)
 
     def _stopped(self, state: JobState, moment: float) -> None:
         self._release(state, moment)
         state.end_attempt(moment)
+        key = (state.job.tenant, state.job.gpus)
+        state.trusted = self.history.trusted_prediction(key)
         self.pending[state.job.job_id] = self._pending_view(state)
-        if self.options.predictions:
-            self.waiting_by_key[state.job.tenant, state.job.gpus].add(state.job.job_id)
+        self.waiting_by_key[key].add(state.job.job_id)
 
     def _learn(self, state: JobState) -> None:
         """A finished job joins its key's history; the jobs of the key still waiting see the new
@@ -334,8 +334,9 @@ class _Engine:
             waiting = self.states[job_id]
             if waiting.trusted != trusted:
                 waiting.trusted = trusted
-                self.pending[job_id] = self._pending_view(waiting)
-                self.dirty = True
+                if self.options.predictions:
+                    self.pending[job_id] = self._pending_view(waiting)
+                    self.dirty = True
 
     def _release(self, state: JobState, moment: float) -> None:
         self.ledger.release(state.placements)
@@ -368,7 +369,6 @@ class _Engine:
             attained_time=state.attained_time, queued_since=state.queued_since,
             max_runtime=job.duration * self.options.runtime_estimate, expected_duration=job.duration,
             predicted_duration=self._predicted(state), min_replicas=state.job_min_replicas,
-            serial_fraction=self._serial_fraction(state),
         )
 
     def _running_view(self, state: JobState) -> RunningJob:
@@ -389,8 +389,9 @@ class _Engine:
         return state.job.serial_fraction if self.options.scaling and state.job_min_replicas is not None else None
 
     def _predicted(self, state: JobState) -> float | None:
-        """The trusted prediction, which no job outlives its limit beyond (as on the server)."""
-        if state.trusted is None:
+        """The trusted prediction, which no job outlives its limit beyond (as on the server),
+        where the policy is to see it."""
+        if state.trusted is None or not self.options.predictions:
             return None
         return min(state.trusted, state.job.duration * self.options.runtime_estimate)
 

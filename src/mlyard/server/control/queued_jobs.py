@@ -28,11 +28,14 @@ from mlyard.server.control import run_times
 from mlyard.server.control.run_times import RerunKey
 from mlyard.server.scheduler_terms import replica_requests, smallest_gang
 from mlyard.server.store.rows import JobRevisionRow, JobRow, UserRow
-from mlyard.spec import JobSpec, JobStatus
+from mlyard.spec import TERMINAL_STATUSES, JobSpec, JobStatus
 
 _DEMAND_FIELDS = ("roles", "elastic", "placement", "max_runtime")
 """The parts of a stored spec that `replica_requests` and the scheduler read."""
 WAITING = (JobStatus.QUEUED.value, JobStatus.RESTARTING.value)
+_ENDED = frozenset(status.value for status in TERMINAL_STATUSES)
+_RUNNING_PREDICTIONS = 100_000
+"""Jobs whose prediction at start is kept at most: those that started and have not ended."""
 _CHUNK = 500
 SETTLE_AFTER = 1000
 """Waiting jobs that, once kept, are frozen out of garbage collections (`server/heap.py`); again
@@ -102,6 +105,9 @@ class QueuedJobs:
         """Run times of the jobs that succeeded (`run_times.py`), loaded by the first refresh."""
         self._waiting_reruns: dict[RerunKey, set[int]] = {}
         """The waiting jobs of each rerun key, whose predictions a run of it that ends refreshes."""
+        self._running_predictions: dict[int, float | None] = {}
+        """What the key of each job that left the queue to run predicted for it then (trusted or
+        not): its run, once it succeeds, is checked against that. Kept until the job ends."""
         self.version = 0
         """Grows whenever a job comes, goes or changes: equal versions, equal jobs."""
         self.rows_read = 0
@@ -118,6 +124,7 @@ class QueuedJobs:
         self._restarting_jobs.clear()
         self._demands.clear()
         self._waiting_reruns.clear()
+        self._running_predictions.clear()
         self._seen = None
         self._order = None
         self.version += 1
@@ -127,7 +134,7 @@ class QueuedJobs:
         if self._seen is None:
             # Read the revision first: a change committed after it is read again next time.
             self._seen = session.scalar(select(JobRevisionRow.value).where(JobRevisionRow.id == 1)) or 0
-            self.history = run_times.load(session)
+            self.history = run_times.load(session, self._seen)
             rows = session.execute(self._select().where(JobRow.status.in_(WAITING))
                                    .execution_options(yield_per=2000))
         else:
@@ -137,7 +144,7 @@ class QueuedJobs:
             self.rows_read += 1
             self._seen = max(self._seen, row.revision)
             if row.status not in WAITING:
-                changed |= self._drop(row.id)
+                changed |= self._drop(row.id, row.status)
                 if row.status == JobStatus.SUCCEEDED.value:
                     succeeded.append(row)
             elif row.id in self._jobs:
@@ -175,30 +182,42 @@ class QueuedJobs:
 
     def _learn(self, session: Session, rows: list) -> bool:
         """Adds the run times of jobs that succeeded to the history and gives the waiting reruns
-        of each their new prediction; whether any changed."""
-        changed = False
+        of each key that learned something their new prediction; whether any changed."""
+        learned: set[RerunKey] = set()
         for start in range(0, len(rows), _CHUNK):
             chunk = rows[start:start + _CHUNK]
             specs = dict(session.execute(select(JobRow.id, JobRow.spec).where(JobRow.id.in_([row.id for row in chunk]))
                                          ).all())
             for row in chunk:
-                if row.id not in specs:
-                    continue
-                key = run_times.rerun_key(row.name, specs[row.id])
-                run_times.record(self.history, key, row.attained_time)
-                for job_id in self._waiting_reruns.get(key, ()):
-                    job = self._jobs[job_id]
-                    seconds = run_times.predicted(self.history, key, job.pending.max_runtime)
-                    if seconds != job.pending.predicted_duration:
-                        job.pending = replace(job.pending, predicted_duration=seconds)
-                        changed = True
+                if row.id in specs:
+                    key = run_times.rerun_key(row.name, specs[row.id])
+                    predicted = self._running_predictions.pop(row.id, self.history.predict(key))
+                    run_times.record(self.history, key, row.attained_time, predicted)
+                    learned.add(key)
+        changed = False
+        for key in learned:
+            trusted = self.history.trusted_prediction(key)
+            for job_id in self._waiting_reruns.get(key, ()):
+                job = self._jobs[job_id]
+                limit = job.pending.max_runtime
+                seconds = trusted if trusted is None or limit is None else min(trusted, limit)
+                if seconds != job.pending.predicted_duration:
+                    job.pending = replace(job.pending, predicted_duration=seconds)
+                    changed = True
         return changed
 
-    def _drop(self, job_id: int) -> bool:
+    def _drop(self, job_id: int, status: str | None = None) -> bool:
+        """Forgets a job that left the queue (for `status`, where known). One that left it to run
+        keeps what its key predicted for it, until it ends: a run that succeeds is checked
+        against it (`_learn`)."""
         job = self._jobs.pop(job_id, None)
         self._restarting_jobs.pop(job_id, None)
+        if status in _ENDED and status != JobStatus.SUCCEEDED.value:
+            self._running_predictions.pop(job_id, None)
         if job is None:
             return False
+        if status is not None and status not in _ENDED and len(self._running_predictions) < _RUNNING_PREDICTIONS:
+            self._running_predictions[job_id] = self.history.predict(job.rerun)
         reruns = self._waiting_reruns.get(job.rerun)
         if reruns is not None:
             reruns.discard(job_id)

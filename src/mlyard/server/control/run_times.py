@@ -38,22 +38,26 @@ def rerun_key(owner: str | None, spec: Mapping) -> RerunKey:
     return owner or "", str(spec.get("name", "")), hashlib.sha256(runs.encode()).hexdigest()[:16]
 
 
-def load(session: Session) -> DurationHistory:
-    """The history of the newest succeeded jobs, replayed oldest first: each one's prediction is
-    checked against it as it would have been when it finished, so trust is what it was."""
+def load(session: Session, revision: int) -> DurationHistory:
+    """The history of the most recently submitted succeeded jobs up to `revision` (the one the
+    queue was read at: later ones come with the next catch-up), replayed in submission order.
+    Each job is checked against what the key predicted just before it, as near as the rows
+    tell to what was predicted when it ran, so trust is about what it was."""
     rows = session.execute(
         select(JobRow.spec, JobRow.attained_time, UserRow.name).outerjoin(UserRow, JobRow.owner_id == UserRow.id)
-        .where(JobRow.status == JobStatus.SUCCEEDED.value)
+        .where(JobRow.status == JobStatus.SUCCEEDED.value, JobRow.revision <= revision)
         .order_by(JobRow.submitted_at.desc()).limit(HISTORY_LOADED)).all()
     history = DurationHistory()
     for row in reversed(rows):
-        record(history, rerun_key(row.name, row.spec), row.attained_time)
+        key = rerun_key(row.name, row.spec)
+        record(history, key, row.attained_time, history.predict(key))
     return history
 
 
-def record(history: DurationHistory, key: RerunKey, seconds: float | None) -> None:
-    """A succeeded job of `key` that ran `seconds`, checked against what `history` predicted."""
-    history.record(key, seconds or 0.0, history.predict(key))
+def record(history: DurationHistory, key: RerunKey, seconds: float | None, predicted: float | None) -> None:
+    """A succeeded job of `key` that ran `seconds`; `predicted`: what the key predicted for it
+    when it left the queue to run, against which the key's trust is checked."""
+    history.record(key, seconds or 0.0, predicted)
 
 
 def predicted(history: DurationHistory, key: RerunKey, max_runtime: float | None) -> float | None:

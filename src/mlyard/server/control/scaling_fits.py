@@ -10,15 +10,18 @@ run at two sizes or more, Amdahl's law is fitted to its points: ``1 / throughput
 only has no curve yet and is taken to scale linearly, as before.
 
 The controller refits a running elastic job at most every `REFIT_SECONDS`: its reports come
-every epoch, and its size changes far less often.
+every epoch, and its size changes far less often. Each fit reads only the reports that came
+since the last (through the index on job and id) and keeps the latest `REPORTS_KEPT` of each
+attempt, so a job that has run for days costs what it reported in the last minute.
 """
 
 from __future__ import annotations
 
 import math
 import statistics
-from collections import defaultdict
+from collections import deque
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
@@ -27,6 +30,8 @@ from mlyard.server.store.rows import AttemptRow, MetricRow, ReplicaRow
 
 THROUGHPUT = "samples_per_second"
 REFIT_SECONDS = 60.0
+REPORTS_KEPT = 64
+"""Throughput reports of one attempt its median is taken over (the latest)."""
 
 
 def fit_serial_fraction(points: Sequence[tuple[int, float]]) -> float | None:
@@ -48,16 +53,21 @@ def fit_serial_fraction(points: Sequence[tuple[int, float]]) -> float | None:
     return min(1.0, max(0.0, intercept / (intercept + slope)))
 
 
-def observed_points(session: Session, job_id: int) -> list[tuple[int, float]]:
-    """(replicas, median throughput) of each attempt of the job that reported its throughput."""
-    sizes = dict(session.execute(
+def _sizes(session: Session, job_id: int) -> dict[int, int]:
+    """Replicas of each attempt of the job."""
+    return dict(session.execute(
         select(AttemptRow.number, func.count(ReplicaRow.id)).join(ReplicaRow, ReplicaRow.attempt_id == AttemptRow.id)
         .where(AttemptRow.job_id == job_id).group_by(AttemptRow.number)).all())
-    reports: dict[int, list[float]] = defaultdict(list)
-    for attempt, value in session.execute(select(MetricRow.attempt, MetricRow.value).where(
-            MetricRow.job_id == job_id, MetricRow.name == THROUGHPUT, MetricRow.rank == 0)):
-        reports[attempt].append(value)
-    return [(sizes[attempt], statistics.median(values)) for attempt, values in reports.items() if attempt in sizes]
+
+
+@dataclass(slots=True)
+class _Job:
+    read_up_to: int = 0
+    """The id of the last metric row read: each fit reads only the rows reported since."""
+    reports: dict[int, deque[float]] = field(default_factory=dict)
+    """Attempt → its latest throughput reports, `REPORTS_KEPT` at most."""
+    fitted_at: float = -math.inf
+    fraction: float | None = None
 
 
 class ScalingFits:
@@ -66,8 +76,7 @@ class ScalingFits:
 
     def __init__(self, *, refit_seconds: float = REFIT_SECONDS):
         self.refit_seconds = refit_seconds
-        self._fits: dict[int, tuple[float, float | None]] = {}
-        """Job → (when it was fitted, its serial fraction or None)."""
+        self._jobs: dict[int, _Job] = {}
         self.fitted = 0
         """Fits made so far (the tests read it)."""
 
@@ -75,11 +84,28 @@ class ScalingFits:
         """The serial fraction of each of `job_ids` that has a curve; the jobs not asked about
         any more are forgotten."""
         wanted = set(job_ids)
-        for gone in self._fits.keys() - wanted:
-            del self._fits[gone]
+        for gone in self._jobs.keys() - wanted:
+            del self._jobs[gone]
         for job_id in wanted:
-            known = self._fits.get(job_id)
-            if known is None or now - known[0] >= self.refit_seconds:
-                self._fits[job_id] = (now, fit_serial_fraction(observed_points(session, job_id)))
+            job = self._jobs.setdefault(job_id, _Job())
+            if now - job.fitted_at >= self.refit_seconds:
+                job.fraction = fit_serial_fraction(self._points(session, job_id, job))
+                job.fitted_at = now
                 self.fitted += 1
-        return {job_id: fraction for job_id, (_, fraction) in self._fits.items() if fraction is not None}
+        return {job_id: job.fraction for job_id, job in self._jobs.items() if job.fraction is not None}
+
+    @staticmethod
+    def _points(session: Session, job_id: int, job: _Job) -> list[tuple[int, float]]:
+        """(replicas, median throughput) of each attempt of the job that reported its throughput.
+        The rows read are those past the last read, through the index on (job, id)."""
+        for row_id, attempt, value in session.execute(
+                select(MetricRow.id, MetricRow.attempt, MetricRow.value).where(
+                    MetricRow.job_id == job_id, MetricRow.id > job.read_up_to, MetricRow.name == THROUGHPUT,
+                    MetricRow.rank == 0).order_by(MetricRow.id)):
+            job.reports.setdefault(attempt, deque(maxlen=REPORTS_KEPT)).append(value)
+            job.read_up_to = row_id
+        if len(job.reports) < 2:
+            return []
+        sizes = _sizes(session, job_id)
+        return [(sizes[attempt], statistics.median(values)) for attempt, values in job.reports.items()
+                if attempt in sizes]

@@ -96,11 +96,11 @@ class Admission:
     def _queue_project(self, name: str) -> str | None:
         if name not in self._queues:
             row = self.session.execute(_QUEUE, {"name": name}).first()
-            self._queues[name] = None if row is None else row.project
             if name != DEFAULT_QUEUE and row is None:
                 names = sorted({DEFAULT_QUEUE, *self.session.scalars(_QUEUE_NAMES)})
                 raise InvalidRequest(f"queue {name!r} does not exist; the queues are: {', '.join(names)}",
                                      field="queue")
+            self._queues[name] = None if row is None else row.project
         return self._queues[name]
 
     def _unschedulable_reason(self, spec: JobSpec) -> str | None:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from functools import partial
 from weakref import WeakKeyDictionary
 
-from sqlalchemy import bindparam, delete, func, insert, select
+from sqlalchemy import delete, func, insert, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, selectinload
 
@@ -43,9 +43,7 @@ from mlyard.server.store.rows import (
 )
 from mlyard.spec import JobSpec, JobStatus
 
-_users = UserRow.__table__.c
 # Built once: building a statement costs more than executing it.
-_OWNERS = select(_users.id, _users.name).where(_users.id.in_(bindparam("ids", expanding=True)))
 _NEWEST_JOB = select(func.max(JobRow.__table__.c.id))
 _INSERT_JOBS_RETURNING_IDS = insert(JobRow.__table__).returning(JobRow.__table__.c.id, sort_by_parameter_order=True)
 IDEMPOTENCY_KEY_LIFETIME = 24 * 3600.0
@@ -286,13 +284,9 @@ def _store_requests(database: Database, requests: Sequence[_Request]) -> list[li
             session.execute(delete(IdempotencyKeyRow).where(
                 IdempotencyKeyRow.created_at < now - IDEMPOTENCY_KEY_LIFETIME))
             session.execute(insert(IdempotencyKeyRow.__table__), keys)
-        # A user's principal carries the user's name; a job's (job-7) acts for its owner.
+        # A user's principal carries the user's name (a job's token submits nothing: `require_role`).
         owners = {request.principal.user_id: UserRow(id=request.principal.user_id, name=request.principal.name)
-                  for request in requests if request.principal.job_id is None and request.principal.user_id is not None}
-        named_by_jobs = {request.principal.user_id for request in requests} - set(owners) - {None}
-        if named_by_jobs:
-            owners.update({row.id: UserRow(id=row.id, name=row.name)
-                           for row in session.execute(_OWNERS, {"ids": sorted(named_by_jobs)})})
+                  for request in requests if request.principal.user_id is not None}
         # Rows outside the session, only for `job_info`, which reads them as the stored ones.
         return [[job_info(JobRow(**row, owner=owners.get(request.principal.user_id), attempts=[]), request.principal,
                           now=now, spec=spec) for row, spec in zip(request_values, request_specs)]

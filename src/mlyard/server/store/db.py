@@ -37,10 +37,10 @@ READ_ONLY = "mlyard_read_only"
 # Any 64-bit number no other application of the database is likely to use for an advisory lock.
 MIGRATION_LOCK_KEY = 0x6D6C79617264_01  # "mlyard", 1
 SQLITE_LOCK_WAIT_S = 30
-PING_AFTER_IDLE_S = 1.0
-"""A pooled PostgreSQL connection unused for longer is checked before use (see `make_engine`)."""
 """How long a SQLite writer waits for another's lock: servers migrating one database together on
 a loaded machine hold it for seconds."""
+PING_AFTER_IDLE_S = 1.0
+"""A pooled PostgreSQL connection unused for longer is checked before use (see `make_engine`)."""
 
 
 def normalize_url(url: str) -> str:
