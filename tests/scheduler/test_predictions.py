@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from mlyard.scheduler import PendingJob, ReplicaPlacement, ReplicaRequest, RunningJob
 from mlyard.scheduler.predictions import DurationHistory, median_relative_error, relative_error
 
 
@@ -68,3 +69,23 @@ def test_the_keys_whose_jobs_finished_longest_ago_are_forgotten_first() -> None:
 def test_a_history_that_could_never_predict_is_refused(arguments: dict) -> None:
     with pytest.raises(ValueError):
         DurationHistory(**arguments)
+
+
+def test_the_errors_trust_is_judged_on_are_those_of_the_predictions_given() -> None:
+    history = DurationHistory(window=4, min_samples=1)
+    history.record("job", 100.0, None)
+    history.record("job", 200.0, 100.0)
+    history.record("job", 100.0, 200.0)
+    assert history.recent_errors("job") == (0.5, 1.0) and history.recent_errors("other") == ()
+
+
+@pytest.mark.parametrize("fields", [{"serial_fraction": 1.5}, {"serial_fraction": -0.1},
+                                    {"predicted_duration": -1.0}, {"predicted_duration": float("nan")}])
+def test_estimates_no_job_could_have_are_refused_naming_the_job(fields: dict) -> None:
+    replicas = (ReplicaRequest("worker", 0, 1, 0, 1),)
+    with pytest.raises(ValueError, match="job 7: (serial_fraction|predicted_duration)"):
+        PendingJob(7, 0.0, replicas, **fields)
+    if "serial_fraction" in fields:
+        placement = ReplicaPlacement("worker", 0, "n", (0,), (0,), 0)
+        with pytest.raises(ValueError, match="job 7: serial_fraction"):
+            RunningJob(7, (placement,), **fields)

@@ -77,7 +77,7 @@ class DurationHistory:
 
     def record(self, key: Hashable, seconds: float, predicted: float | None) -> None:
         """A job of `key` finished after running `seconds`; `predicted` is what `predict`
-        said when it was submitted (None: nothing), whose error the key's trust is built on."""
+        said for it while it waited (None: nothing), whose error the key's trust is built on."""
         known = self._keys.pop(key, None)  # and back in at the end: the most recent key is kept longest
         if known is None:
             known = _Key(deque(maxlen=self.window), deque(maxlen=self.window))
@@ -87,6 +87,11 @@ class DurationHistory:
         if predicted is not None:
             known.errors.append(relative_error(predicted, seconds))
         known.durations.append(seconds)
+
+    def recent_errors(self, key: Hashable) -> tuple[float, ...]:
+        """The relative errors of the key's last predictions, oldest first (what trust is judged on)."""
+        known = self._keys.get(key)
+        return tuple(known.errors) if known is not None else ()
 
     def __len__(self) -> int:
         return len(self._keys)

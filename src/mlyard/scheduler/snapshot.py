@@ -165,9 +165,9 @@ class PendingJob:
     ``predicted_duration`` is a trusted prediction of the whole run time from the
     history of jobs like it (``predictions.py``), which ``balanced`` orders by.
     An elastic job lists its replicas at maximum size and may start with only the
-    first ``min_replicas`` of them; ``serial_fraction`` says how its throughput grows
-    with them (Amdahl's law, ``scaling.py``; None: unknown, taken as linear). ``same_node``: every replica on one node;
-    ``same_topology``: a node label, every replica on nodes with one value of it (and
+    first ``min_replicas`` of them; ``serial_fraction`` (0 to 1) says how its
+    throughput grows with them (Amdahl's law, ``scaling.py``; None: unknown, taken as
+    linear). ``same_node``: every replica on one node; ``same_topology``: a node label, every replica on nodes with one value of it (and
     the label). The job waits, with a reason, rather than be placed otherwise.
     """
 
@@ -199,6 +199,7 @@ class PendingJob:
         _freeze_tuple(self, "replicas")
         if self.min_replicas is not None and not 1 <= self.min_replicas <= len(self.replicas):
             raise ValueError(f"job {self.job_id}: min_replicas must be between 1 and {len(self.replicas)}")
+        _check_estimates(self.job_id, self.serial_fraction, self.predicted_duration)
         shape = tuple(replica.shape for replica in self.smallest_gang)
         object.__setattr__(self, "shape", shape)
         constrained = self.same_node or self.same_topology
@@ -276,6 +277,14 @@ class RunningJob:
     def __post_init__(self) -> None:
         _freeze_tuple(self, "placements")
         _freeze_tuple(self, "grow_replicas")
+        _check_estimates(self.job_id, self.serial_fraction, None)
+
+
+def _check_estimates(job_id: int, serial_fraction: float | None, predicted_duration: float | None) -> None:
+    if serial_fraction is not None and not 0.0 <= serial_fraction <= 1.0:
+        raise ValueError(f"job {job_id}: serial_fraction must be between 0 and 1, not {serial_fraction}")
+    if predicted_duration is not None and not predicted_duration >= 0.0:
+        raise ValueError(f"job {job_id}: predicted_duration must be 0 or more, not {predicted_duration}")
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,8 +3,8 @@
 Progress is measured in seconds of work at full size: a job of duration ``d``
 is done when ``done == d``. Holding ``k`` of the ``n`` GPUs it asks for, it
 progresses at ``k / n`` (elastic jobs), or, with a serial fraction, at
-``speedup(k) / speedup(n)`` of its replicas (``scheduler.scaling``); a restarted job first spends its restart
-overhead, in wall seconds, making no progress.
+``speedup(k) / speedup(n)`` of its replicas (``scheduler.scaling``); a restarted
+job first spends its restart overhead, in wall seconds, making no progress.
 
 Attained service is folded into ``attained_service``/``attained_time`` whenever
 the holding changes (a stop or a resize) and ``attempt_started`` moves to that

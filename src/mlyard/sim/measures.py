@@ -20,7 +20,8 @@ Definitions (all times in seconds; only jobs that were replayed, not rejected on
 * Prediction error = the median relative error |predicted − duration| / duration of the
   run times predicted at arrival (``scheduler.predictions``), over the jobs that had one;
   predicted share = how many jobs had one; trusted share = how many had one the predictor
-  trusted (from its key's recent errors), which the policy sees.
+  trusted (from its key's recent errors) when they last waited, which the policy sees
+  where ``EngineOptions.predictions`` hands predictions to it.
 * Percentiles are nearest-rank: the value at rank ⌈p/100 · n⌉ of the sorted sample,
   always an observed value, with no interpolation and no numpy.
 """

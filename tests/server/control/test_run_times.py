@@ -9,6 +9,7 @@ from pathlib import Path
 
 from sqlalchemy import update
 
+from mlyard.server.control import run_times
 from mlyard.server.control.queued_jobs import QueuedJobs
 from mlyard.server.store import revisions
 from mlyard.server.store.db import Database
@@ -71,4 +72,30 @@ def test_failed_and_cancelled_runs_predict_nothing(tmp_path: Path, database_url:
                 status=JobStatus.FAILED.value, attained_time=10.0, finished_at=time.time()))
     rerun = submit(database, name="train")
     assert predictions(database, QueuedJobs())[rerun] is None
+    database.close()
+
+
+def test_a_run_is_checked_against_what_its_key_predicted_when_it_started(tmp_path: Path, database_url: str) -> None:
+    database, _, _ = make_world(tmp_path, database_url)
+    command = ["python", "train.py"]
+    for _ in range(3):
+        succeeded(database, 100, name="train", command=command)
+    started = submit(database, name="train", command=command)
+    queued = QueuedJobs()
+    predictions(database, queued)  # the key predicts 100 s
+    with database.transaction() as session:
+        session.execute(update(JobRow).where(JobRow.id == started).values(status=JobStatus.RUNNING.value))
+        revisions.touch(session, [started])
+    predictions(database, queued)  # it left the queue to run
+    for _ in range(3):
+        succeeded(database, 1000, name="train", command=command)
+    predictions(database, queued)  # the key now predicts 1,000 s
+    with database.transaction() as session:
+        session.execute(update(JobRow).where(JobRow.id == started).values(
+            status=JobStatus.SUCCEEDED.value, attained_time=100, finished_at=time.time()))
+        revisions.touch(session, [started])
+    predictions(database, queued)
+    with database.reading() as session:
+        key = run_times.rerun_key(None, session.get(JobRow, started).spec)  # ADMIN owns no user row
+    assert queued.history.recent_errors(key)[-1] == 0.0, "checked against the 100 s predicted when it started"
     database.close()

@@ -199,8 +199,7 @@ class QueuedJobs:
             trusted = self.history.trusted_prediction(key)
             for job_id in self._waiting_reruns.get(key, ()):
                 job = self._jobs[job_id]
-                limit = job.pending.max_runtime
-                seconds = trusted if trusted is None or limit is None else min(trusted, limit)
+                seconds = run_times.capped(trusted, job.pending.max_runtime)
                 if seconds != job.pending.predicted_duration:
                     job.pending = replace(job.pending, predicted_duration=seconds)
                     changed = True

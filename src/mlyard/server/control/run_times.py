@@ -61,8 +61,12 @@ def record(history: DurationHistory, key: RerunKey, seconds: float | None, predi
 
 
 def predicted(history: DurationHistory, key: RerunKey, max_runtime: float | None) -> float | None:
-    """The trusted prediction for a job of `key`, never past its `max_runtime` (it is stopped there)."""
-    seconds = history.trusted_prediction(key)
+    """The trusted prediction for a job of `key` (`capped`)."""
+    return capped(history.trusted_prediction(key), max_runtime)
+
+
+def capped(seconds: float | None, max_runtime: float | None) -> float | None:
+    """A prediction never past the job's `max_runtime`: it is stopped there."""
     if seconds is None or max_runtime is None:
         return seconds
     return min(seconds, max_runtime)

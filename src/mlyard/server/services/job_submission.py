@@ -5,9 +5,9 @@ A single submission and a batch take the same path: every job is checked as a si
 submission is (its image here, the rest in `job_admission.py`), then all are stored in one
 transaction, or none. Requests that submit at the same moment share that transaction
 (`group_commit.py`); each still gets its own answer, as if it had been alone. An error about a
-batch item names it: field `jobs.3.spec.queue`, message `jobs.3: …`. What the checks read (a queue, a project, the nodes) is read once per transaction,
-not once per job, and the rows go in with one bulk insert per table, so a batch of 1,000 costs
-little more than its inserts.
+batch item names it: field `jobs.3.spec.queue`, message `jobs.3: …`. What the checks read (a
+queue, a project, the nodes) is read once per transaction, not once per job, and the rows go in
+with one bulk insert per table, so a batch of 1,000 costs little more than its inserts.
 """
 
 from __future__ import annotations
