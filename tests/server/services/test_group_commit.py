@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 from conftest import wait_for
-from sqlalchemy import func, select
+from sqlalchemy import event, func, select
 
 from mlyard.backends.base import NodeDescription
 from mlyard.errors import InvalidRequest
@@ -161,3 +161,26 @@ def test_an_interrupted_turn_still_answers_every_request_it_took() -> None:
     kinds = sorted(type(answers[work]).__name__ for work in ("second", "third"))
     assert kinds == ["KeyboardInterrupt", "RuntimeError"]
     assert any("interrupted" in str(answers[work]) for work in ("second", "third"))
+
+
+def test_a_submission_on_postgresql_is_few_round_trips(database: Database) -> None:
+    """Every statement is a round trip on PostgreSQL: a job's checks read its queue with its
+    project's existence in one, the nodes in another; its events go in with the revision taken
+    and stamped. Beside those: BEGIN and COMMIT, the insert of the job and its audit row."""
+    if database.engine.dialect.name != "postgresql":
+        pytest.skip("SQLite runs in the process: its statements cost no round trip")
+    statements: list[str] = []
+    event.listen(database.engine, "before_cursor_execute",
+                 lambda _connection, _cursor, statement, *_rest: statements.append(" ".join(statement.split())))
+    riders.set(AuditRow("alice"))
+    spec = JobSpec.model_validate({"name": "one", "command": ["true"], "roles": [{"resources": {"cpu": 1}}]})
+    submitted = jobs.submit(database, ADMIN, spec, wake=lambda: None)
+    assert [statement.split()[0] for statement in statements] == [
+        "WITH", "SELECT", "INSERT", "WITH", "INSERT"], statements
+    assert "FROM queues" in statements[0] and "FROM projects" in statements[0] and "FOR SHARE" in statements[0]
+    assert "job_revisions" in statements[3] and "INSERT INTO job_events" in statements[3]
+    with database.reading() as session:
+        revision = session.scalar(select(JobRevisionRow.value))
+        assert session.scalar(select(JobRow.revision).where(JobRow.id == submitted.id)) == revision > 0
+        assert session.scalar(select(JobEventRow.message).where(JobEventRow.job_id == submitted.id)) == \
+            "submitted by admin"

@@ -4,9 +4,9 @@ node could ever hold it.
 
 What the checks read is read once per transaction, not once per job: a batch of 1,000 jobs of
 one queue reads its queue, project, snapshot and the nodes once. The reads of every submission
-(a queue, a project, the nodes) are Core statements built once: a submission is a few such
-reads and inserts, and building a statement, or loading ORM objects, costs several times
-executing it.
+are two Core statements built once, the queue with its project's existence, and the nodes: a
+submission is a few such reads and inserts, building a statement or loading ORM objects costs
+several times executing it, and on PostgreSQL every statement is a round trip.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from sqlalchemy import bindparam, select
+from sqlalchemy import String, bindparam, exists, func, select
 from sqlalchemy.orm import Session
 
 from mlyard.errors import InvalidRequest, MlyardError, Unschedulable
@@ -27,10 +27,14 @@ from mlyard.spec import JobSpec
 
 _queues, _projects = QueueRow.__table__.c, ProjectRow.__table__.c
 # A shared lock: a queue deleted meanwhile (which locks the row) cannot end up holding the job.
-_QUEUE = (select(_queues.name, _queues.project).where(_queues.name == bindparam("name"))
-          .with_for_update(read=True))
+_NAMED_QUEUE = (select(_queues.project).where(_queues.name == bindparam("queue", type_=String))
+                .with_for_update(read=True).cte("named_queue"))
+_QUEUE_PROJECT = select(_NAMED_QUEUE.c.project).scalar_subquery()
+# The job's project is the one it names, else its queue's, else the default (`_admit`).
+_JOB_PROJECT = func.coalesce(bindparam("named", type_=String), _QUEUE_PROJECT, bindparam("fallback", type_=String))
+_QUEUE_AND_PROJECT = select(exists(_NAMED_QUEUE.select()).label("queue_found"), _QUEUE_PROJECT.label("queue_project"),
+                            exists(select(_projects.name).where(_projects.name == _JOB_PROJECT)).label("project_found"))
 _QUEUE_NAMES = select(_queues.name)
-_PROJECT = select(_projects.name).where(_projects.name == bindparam("name"))
 _NODES = select(NodeRow.__table__)
 
 
@@ -68,13 +72,13 @@ class Admission:
             return self._admit(spec)
 
     def _admit(self, spec: JobSpec) -> JobSpec:
-        queue_project = self._queue_project(spec.queue)
-        if queue_project is not None and "project" not in spec.model_fields_set:
+        named = spec.project if "project" in spec.model_fields_set else None
+        queue_project = self._queue_project(spec.queue, named, spec.project)
+        if queue_project is not None and named is None:
             # A job that names a queue but no project belongs to the queue's project.
             spec = spec.model_copy(update={"project": queue_project})
-        if ("project", spec.project) not in self._passed:
-            if self.session.execute(_PROJECT, {"name": spec.project}).first() is None:
-                projects.ensure_project(self.session, self.principal, spec.project)
+        if ("project", spec.project) not in self._passed:  # the read of its queue found it missing
+            projects.ensure_project(self.session, self.principal, spec.project)
             self._passed.add(("project", spec.project))
         auth.require_role(self.principal, spec.project, auth.Role.MEMBER, f"submit jobs to project {spec.project!r}")
         if spec.snapshot is not None and ("snapshot", spec.project, spec.snapshot) not in self._passed:
@@ -93,14 +97,19 @@ class Admission:
             raise Unschedulable(f"job {spec.name!r} can never run here: {reason}", field="roles")
         return spec
 
-    def _queue_project(self, name: str) -> str | None:
+    def _queue_project(self, name: str, named: str | None, fallback: str) -> str | None:
+        """The project of queue `name` (None where it has none, or has no row), read with
+        whether the job's project exists (which `_passed` then holds)."""
         if name not in self._queues:
-            row = self.session.execute(_QUEUE, {"name": name}).first()
-            if name != DEFAULT_QUEUE and row is None:
+            row = self.session.execute(_QUEUE_AND_PROJECT, {"queue": name, "named": named, "fallback": fallback}).one()
+            if name != DEFAULT_QUEUE and not row.queue_found:
                 names = sorted({DEFAULT_QUEUE, *self.session.scalars(_QUEUE_NAMES)})
                 raise InvalidRequest(f"queue {name!r} does not exist; the queues are: {', '.join(names)}",
                                      field="queue")
-            self._queues[name] = None if row is None else row.project
+            self._queues[name] = row.queue_project
+            if row.project_found:
+                found = next(project for project in (named, row.queue_project, fallback) if project is not None)
+                self._passed.add(("project", found))
         return self._queues[name]
 
     def _unschedulable_reason(self, spec: JobSpec) -> str | None:

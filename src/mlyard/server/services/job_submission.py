@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from functools import partial
 from weakref import WeakKeyDictionary
 
-from sqlalchemy import delete, func, insert, select
+from sqlalchemy import ARRAY, Float, Integer, String, Text, bindparam, delete, func, insert, literal, null, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, selectinload
 
@@ -46,6 +46,13 @@ from mlyard.spec import JobSpec, JobStatus
 # Built once: building a statement costs more than executing it.
 _NEWEST_JOB = select(func.max(JobRow.__table__.c.id))
 _INSERT_JOBS_RETURNING_IDS = insert(JobRow.__table__).returning(JobRow.__table__.c.id, sort_by_parameter_order=True)
+_SUBMITTED = func.unnest(bindparam("job_ids", type_=ARRAY(Integer)),
+                         bindparam("messages", type_=ARRAY(Text))).table_valued("job_id", "message").render_derived()
+# PostgreSQL: every job's first event, and the revision taken and stamped, in one round trip.
+_INSERT_EVENTS_STAMPING = revisions.stamping(insert(JobEventRow.__table__).from_select(
+    ["job_id", "at", "from_status", "to_status", "message"],
+    select(_SUBMITTED.c.job_id, bindparam("at", type_=Float), null(), literal(JobStatus.QUEUED.value, String),
+           _SUBMITTED.c.message)))
 IDEMPOTENCY_KEY_LIFETIME = 24 * 3600.0
 """A retry later than this with the same key creates a new job."""
 ImageCheck = Callable[[str], str | None]
@@ -270,11 +277,6 @@ def _store_requests(database: Database, requests: Sequence[_Request]) -> list[li
                    for spec in request_specs] for request, request_specs in zip(requests, specs)]
         rows = [row for request_values in values for row in request_values]
         _insert_jobs(session, rows)
-        revisions.touch(session, [row["id"] for row in rows])  # inserted past the ORM's flush, which would note them
-        session.execute(insert(JobEventRow.__table__), [
-            {"job_id": row["id"], "at": now, "from_status": None, "to_status": JobStatus.QUEUED.value,
-             "message": f"submitted by {request.principal.name}"}
-            for request, request_values in zip(requests, values) for row in request_values])
         keys = [{"caller": request.caller, "key": item.key, "request_sha256": item.digest, "job_id": row["id"],
                  "created_at": now}
                 for request, request_values in zip(requests, values)
@@ -284,6 +286,9 @@ def _store_requests(database: Database, requests: Sequence[_Request]) -> list[li
             session.execute(delete(IdempotencyKeyRow).where(
                 IdempotencyKeyRow.created_at < now - IDEMPOTENCY_KEY_LIFETIME))
             session.execute(insert(IdempotencyKeyRow.__table__), keys)
+        _insert_events(session, [row["id"] for row in rows], now,
+                       [f"submitted by {request.principal.name}"
+                        for request, request_values in zip(requests, values) for _ in request_values])
         # A user's principal carries the user's name (a job's token submits nothing: `require_role`).
         owners = {request.principal.user_id: UserRow(id=request.principal.user_id, name=request.principal.name)
                   for request in requests if request.principal.user_id is not None}
@@ -291,6 +296,19 @@ def _store_requests(database: Database, requests: Sequence[_Request]) -> list[li
         return [[job_info(JobRow(**row, owner=owners.get(request.principal.user_id), attempts=[]), request.principal,
                           now=now, spec=spec) for row, spec in zip(request_values, request_specs)]
                 for request, request_values, request_specs in zip(requests, values, specs)]
+
+
+def _insert_events(session: Session, job_ids: list[int], now: float, messages: list[str]) -> None:
+    """Each new job's first event; and the jobs' revision. PostgreSQL takes and stamps it with
+    the events, in one statement that comes after the idempotency keys' (which may wait on
+    another submission's lock: `revisions.stamping`). SQLite stamps it at the commit."""
+    if session.get_bind().dialect.name == "postgresql":
+        session.execute(_INSERT_EVENTS_STAMPING, {"job_ids": job_ids, "messages": messages, "at": now})
+        return
+    revisions.touch(session, job_ids)  # inserted past the ORM's flush, which would note them
+    session.execute(insert(JobEventRow.__table__), [
+        {"job_id": job_id, "at": now, "from_status": None, "to_status": JobStatus.QUEUED.value, "message": message}
+        for job_id, message in zip(job_ids, messages, strict=True)])
 
 
 def _insert_jobs(session: Session, rows: list[dict]) -> None:

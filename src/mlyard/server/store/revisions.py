@@ -8,14 +8,15 @@ committed too: a reader that keeps the highest revision it read never misses a c
 lock is taken last, after every row lock of the transaction, so it cannot close a cycle of
 waits. Changes the scheduler does not read (a waiting reason, an idle warning) take none.
 
-Statements that bypass the ORM's flush (Core inserts and updates of `jobs`) call `touch`.
+Statements that bypass the ORM's flush (Core inserts and updates of `jobs`) call `touch`, or
+take and stamp the revision themselves (`stamping`), as the last statement before the commit.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
-from sqlalchemy import bindparam, event, inspect, select, update
+from sqlalchemy import ARRAY, Insert, Integer, any_, bindparam, event, inspect, select, update
 from sqlalchemy.orm import Session
 
 from mlyard.server.store.rows import JobRevisionRow, JobRow
@@ -34,6 +35,17 @@ _STAMP = (update(_JOBS).where(_JOBS.c.id.in_(bindparam("ids", expanding=True)))
 _TAKE_AND_STAMP = (update(_JOBS).where(_JOBS.c.id.in_(bindparam("ids", expanding=True)))
                    .values(revision=select(_TAKE.cte("taken").c.value).scalar_subquery()))
 _STAMP_CHUNK = 500
+
+
+def stamping(statement: Insert) -> Insert:
+    """`statement` (built once, on PostgreSQL) made to also take the next revision and stamp it
+    on the jobs whose ids its parameter `job_ids` (an array) holds: one round trip for both. The
+    transaction must run it after every other statement that may wait on a row lock (see the
+    module's text), and then change no other job's scheduled columns."""
+    taken = _TAKE.cte("taken")
+    stamped = (update(_JOBS).where(_JOBS.c.id == any_(bindparam("job_ids", type_=ARRAY(Integer))))
+               .values(revision=select(taken.c.value).scalar_subquery()).cte("stamped"))
+    return statement.add_cte(taken).add_cte(stamped)
 
 
 def touch(session: Session, job_ids: Iterable[int]) -> None:
