@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import io
 import itertools
+import json
 import tarfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -38,6 +39,7 @@ class World:
     tokens: dict[str, str]
     job: int
     spare_user: str
+    dataset: str | None = None
 
     def http(self, persona: str) -> httpx.Client:
         headers = {} if persona == "anonymous" else {"Authorization": f"Bearer {self.tokens[persona]}"}
@@ -108,6 +110,31 @@ class Rule:
 
 def _get(path: str) -> Callable[[World, httpx.Client], httpx.Response]:
     return lambda world, http: http.get(path.format(job=world.job, project=world.project))
+
+
+def _push(http: httpx.Client, project: str, name: str, content: bytes) -> httpx.Response:
+    """A version of one file: the file, then its manifest, uploaded by the caller."""
+    digest = hashlib.sha256(content).hexdigest()
+    http.put(f"/blobs/{digest}", content=content)
+    manifest = json.dumps({"files": [{"path": "data.txt", "sha256": digest, "size": len(content)}]}).encode()
+    manifest_digest = hashlib.sha256(manifest).hexdigest()
+    http.put(f"/blobs/{manifest_digest}", content=manifest)
+    return http.post(f"/datasets/{project}/{name}/versions", json={"manifest": manifest_digest})
+
+
+def _dataset(world: World) -> str:
+    """A dataset of P (visible to its readers only) with a v1, made once by `member`."""
+    if world.dataset is None:
+        name = f"md-{world.server.port}"
+        with world.http("member") as http:
+            assert http.post("/datasets", json={"name": name, "project": world.project}).status_code == 201
+            assert _push(http, world.project, name, b"matrix data").status_code == 201
+        world.dataset = name
+    return world.dataset
+
+
+def _on_dataset(method: str, path: str, **kwargs) -> Callable[[World, httpx.Client], httpx.Response]:
+    return lambda world, http: http.request(method, f"/datasets/{world.project}/{_dataset(world)}{path}", **kwargs)
 
 
 RULES: dict[str, Rule] = {
@@ -186,6 +213,35 @@ RULES: dict[str, Rule] = {
         ANY_USER, lambda w, h: h.put(f"/snapshots/{'0' * 64}", content=b"not a tarball",
                                      headers={"Content-Type": "application/gzip"})),
     "GET /api/v1/snapshots/{digest}": Rule(ANY_USER, _get(f"/snapshots/{'0' * 64}")),
+    # Datasets: the readers of their project see them (others are told none exists), members add
+    # versions and move aliases; any user may upload file blobs (a digest is a key only for them).
+    "POST /api/v1/datasets": Rule(PROJECT_WRITERS, lambda w, h: h.post("/datasets", json={
+        "name": f"nd-{next(_counter)}", "project": w.project})),
+    "GET /api/v1/datasets": Rule(ANY_USER, _get("/datasets")),
+    "GET /api/v1/datasets/{project}/{name}": Rule(PROJECT_READERS, _on_dataset("GET", ""),
+                                                  hidden_from=frozenset({"outsider"})),
+    "POST /api/v1/datasets/{project}/{name}/versions": Rule(
+        PROJECT_WRITERS, lambda w, h: _push(h, w.project, _dataset(w), f"v {next(_counter)}".encode()),
+        hidden_from=frozenset({"outsider"})),
+    "GET /api/v1/datasets/{project}/{name}/versions": Rule(PROJECT_READERS, _on_dataset("GET", "/versions"),
+                                                           hidden_from=frozenset({"outsider"})),
+    "GET /api/v1/datasets/{project}/{name}/versions/{version}": Rule(
+        PROJECT_READERS, _on_dataset("GET", "/versions/v1"), hidden_from=frozenset({"outsider"})),
+    "GET /api/v1/datasets/{project}/{name}/versions/{version}/files": Rule(
+        PROJECT_READERS, _on_dataset("GET", "/versions/v1/files"), hidden_from=frozenset({"outsider"})),
+    "GET /api/v1/datasets/{project}/{name}/versions/{version}/files/{path}": Rule(
+        PROJECT_READERS, _on_dataset("GET", "/versions/v1/files/data.txt"), hidden_from=frozenset({"outsider"})),
+    "GET /api/v1/datasets/{project}/{name}/diff": Rule(
+        PROJECT_READERS, _on_dataset("GET", "/diff", params={"before": "v1", "after": "latest"}),
+        hidden_from=frozenset({"outsider"})),
+    "GET /api/v1/datasets/{project}/{name}/aliases": Rule(PROJECT_READERS, _on_dataset("GET", "/aliases"),
+                                                          hidden_from=frozenset({"outsider"})),
+    "PUT /api/v1/datasets/{project}/{name}/aliases/{alias}": Rule(
+        PROJECT_WRITERS, _on_dataset("PUT", "/aliases/stable", json={"version": "v1"}),
+        hidden_from=frozenset({"outsider"})),
+    "POST /api/v1/blobs:missing": Rule(ANY_USER, lambda w, h: h.post("/blobs:missing", json={"digests": ["0" * 64]})),
+    "PUT /api/v1/blobs/{digest}": Rule(ANY_USER, lambda w, h: h.put(
+        f"/blobs/{hashlib.sha256(b'matrix blob').hexdigest()}", content=b"matrix blob")),
 }
 
 

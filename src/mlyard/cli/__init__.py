@@ -60,6 +60,8 @@ COMMANDS: dict[str, Entry] = {
                     "Your API tokens: create one for a script or CI, list them, revoke one."),
     "projects": Entry("mlyard.cli.projects", "projects_app",
                       "Projects: who may see and do what (viewer, member, maintainer), and their limits."),
+    "datasets": Entry("mlyard.cli.datasets", "datasets_app", "Datasets: versioned files of a project that jobs "
+                      "read; push a directory, pull a version, compare versions, move aliases."),
     "env": Entry("mlyard.cli.environments", "env_app", "Environments: a base image plus apt and pip packages, built "
                  "once per content; jobs name one with `environment: NAME`."),
 }

@@ -25,6 +25,7 @@ if TYPE_CHECKING:  # each call imports the models it reads: every command (and t
     from mlyard.spec import JobSpec
     from mlyard.api.accounts import IssuedToken, TokenInfo, UserInfo
     from mlyard.api.health import Health
+    from mlyard.client.datasets import Datasets
     from mlyard.api.resources import JobResources, NodeSamples, RunningJobUsage
     from mlyard.api.metrics import MetricsPage
     from mlyard.api.nodes import NodeInfo
@@ -114,6 +115,12 @@ class Client:
         except ValueError:
             raise ClientError(f"the server answered {response.status_code}: {response.text[:200]}",
                               status=response.status_code) from None
+
+    @property
+    def datasets(self) -> Datasets:
+        """The dataset calls (`client/datasets.py`)."""
+        from mlyard.client.datasets import Datasets
+        return Datasets(self)
 
     def health(self) -> Health:
         from mlyard.api.health import Health

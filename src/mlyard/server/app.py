@@ -34,6 +34,8 @@ from mlyard.server.http.login_throttle import LoginThrottle
 from mlyard.server.routers import (
     accounts,
     audit,
+    blobs,
+    datasets,
     environments,
     jobs,
     metrics,
@@ -146,7 +148,8 @@ def create_app(settings: ServerSettings, *, backend: Backend | None = None, sett
     app.add_exception_handler(MlyardError, _mlyard_error)
     app.add_exception_handler(OperationalError, _infrastructure_error)
     app.add_exception_handler(OSError, _infrastructure_error)
-    body_limit.install(app, settings.max_request_bytes, exempt=[("PUT", f"{API_PREFIX}/snapshots/")])
+    body_limit.install(app, settings.max_request_bytes,
+                       exempt=[("PUT", f"{API_PREFIX}/snapshots/"), ("PUT", f"{API_PREFIX}/blobs/")])
     telemetry.install(app)  # after: its timer wraps the limit and so sees its 413s
     app.add_middleware(web.CrossSiteRefusal)  # inside the audit log, which records its refusals
     app.add_middleware(AuditRecorder)
@@ -161,7 +164,8 @@ def create_app(settings: ServerSettings, *, backend: Backend | None = None, sett
                       adopted=getattr(leadership.controller, "adopted", None))
 
     for router in (jobs.router, metrics.router, resources.router, nodes.router, queues.router, snapshots.router,
-                   usage.router, accounts.router, audit.router, projects.router, environments.router):
+                   usage.router, accounts.router, audit.router, projects.router, environments.router,
+                   datasets.router, blobs.router):
         app.include_router(router, prefix=API_PREFIX)
     web.install(app)
     stopping = Stopping()

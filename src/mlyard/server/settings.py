@@ -102,7 +102,9 @@ class ServerSettings:
     max_snapshot_ratio: int = DEFAULT_MAX_RATIO
     """How many times its compressed size an uploaded snapshot may unpack to (MLYARD_MAX_SNAPSHOT_RATIO)."""
     max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES
-    """The largest body of any request but a snapshot upload (MLYARD_MAX_REQUEST_BYTES)."""
+    """The largest body of any request but a snapshot or file upload (MLYARD_MAX_REQUEST_BYTES)."""
+    max_blob_bytes: int = 64 << 30
+    """The largest file of a dataset an upload may be (MLYARD_MAX_BLOB)."""
     max_log_bytes: int = DEFAULT_MAX_LOG_BYTES
     """Where a replica's `output.log` stops growing (MLYARD_MAX_LOG_BYTES); the rest is discarded."""
     max_log_streams_per_user: int = 16
@@ -264,6 +266,7 @@ class ServerSettings:
             max_snapshot_ratio=_count("MLYARD_MAX_SNAPSHOT_RATIO",
                                       environment.get("MLYARD_MAX_SNAPSHOT_RATIO") or str(DEFAULT_MAX_RATIO)),
             max_request_bytes=_size("MLYARD_MAX_REQUEST_BYTES", environment.get("MLYARD_MAX_REQUEST_BYTES") or "1Mi"),
+            max_blob_bytes=_size("MLYARD_MAX_BLOB", environment.get("MLYARD_MAX_BLOB") or "64Gi"),
             max_log_bytes=_size("MLYARD_MAX_LOG_BYTES", environment.get("MLYARD_MAX_LOG_BYTES") or "1Gi"),
             max_log_streams_per_user=_count("MLYARD_MAX_LOG_STREAMS_PER_USER",
                                             environment.get("MLYARD_MAX_LOG_STREAMS_PER_USER") or "16"),

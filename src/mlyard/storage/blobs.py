@@ -88,19 +88,32 @@ class BlobStore:
                     raise
                 except Exception as error:
                     raise SnapshotError(f"upload rejected: {error}") from error
-            final = self.path_for(digest)
-            if final.is_file():
-                temporary.unlink()
-            else:
-                final.parent.mkdir(parents=True, exist_ok=True)
-                os.chmod(temporary, 0o644)
-                # Atomic on one file system; a concurrent writer of the same digest renames
-                # identical bytes, so whichever lands last is equally correct.
-                os.replace(temporary, final)
+            self._publish(temporary, digest)
         except BaseException:
             temporary.unlink(missing_ok=True)
             raise
         return digest, size
+
+    def receive(self, *, max_bytes: int | None = None) -> BlobWriter:
+        """A writer for bytes that arrive piece by piece (an upload read by an event loop):
+        `write` each piece, then `commit` (which verifies and publishes) or `discard`."""
+        self.temporary_directory.mkdir(parents=True, exist_ok=True)
+        descriptor, temporary_name = tempfile.mkstemp(
+            dir=self.temporary_directory, prefix="upload-", suffix=".partial"
+        )
+        return BlobWriter(self, os.fdopen(descriptor, "wb"), Path(temporary_name), max_bytes)
+
+    def _publish(self, temporary: Path, digest: str) -> None:
+        final = self.path_for(digest)
+        if final.is_file():
+            temporary.unlink()
+            return
+        final.parent.mkdir(parents=True, exist_ok=True)
+        # Read-only: a dataset version's files are hard links to their blobs.
+        os.chmod(temporary, 0o444)
+        # Atomic on one file system; a concurrent writer of the same digest renames identical
+        # bytes, so whichever lands last is equally correct.
+        os.replace(temporary, final)
 
     def sweep_temporary(self) -> int:
         """Removes unfinished writes (``tmp/*.partial``) and returns how many. Only for when no
@@ -159,3 +172,46 @@ class BlobStore:
                 validate=validate,
                 max_bytes=max_bytes,
             )
+
+
+class BlobWriter:
+    """One blob being received (`BlobStore.receive`): hashed as it is written, published under
+    its digest only by `commit`, never half-written."""
+
+    def __init__(self, store: BlobStore, sink, temporary: Path, max_bytes: int | None) -> None:
+        self._store = store
+        self._sink = sink
+        self._temporary = temporary
+        self._max_bytes = max_bytes
+        self._hasher = hashlib.sha256()
+        self.size = 0
+
+    def write(self, chunk: bytes) -> None:
+        """Raises SnapshotTooLarge past `max_bytes` (the writer is then discarded)."""
+        self.size += len(chunk)
+        if self._max_bytes is not None and self.size > self._max_bytes:
+            self.discard()
+            raise SnapshotTooLarge(f"upload is larger than the {format_megabytes(self._max_bytes)} limit")
+        self._hasher.update(chunk)
+        self._sink.write(chunk)
+
+    def commit(self, expected_digest: str | None = None) -> tuple[str, int]:
+        """Publishes the bytes; ``(digest, size)``. Raises SnapshotError (and keeps nothing)
+        when they do not match `expected_digest`."""
+        try:
+            self._sink.flush()
+            os.fsync(self._sink.fileno())  # never publish a blob whose bytes are not on disk
+            self._sink.close()
+            digest = self._hasher.hexdigest()
+            if expected_digest is not None and digest != _check_digest(expected_digest):
+                raise SnapshotError(f"upload does not match its digest: expected {expected_digest}, "
+                                    f"received {digest}")
+            self._store._publish(self._temporary, digest)
+        except BaseException:
+            self.discard()
+            raise
+        return digest, self.size
+
+    def discard(self) -> None:
+        self._sink.close()
+        self._temporary.unlink(missing_ok=True)

@@ -1,0 +1,241 @@
+"""`mlyard datasets …`: datasets of a project, their versions, aliases, and pushing and pulling
+directories. A dataset is named `NAME` (in the project of `--project`, by default `default`) or
+`PROJECT/NAME`; a version `NAME:v2` or `NAME:ALIAS`."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
+from rich.table import Table
+
+from mlyard.api.datasets import LATEST
+from mlyard.cli.console import console, errors
+from mlyard.cli.options import OutputFormat, OutputOption, UsageError
+from mlyard.cli.output import ago, print_json
+from mlyard.client import Client
+from mlyard.client.hash_cache import HashCache
+from mlyard.spec import format_bytes
+
+datasets_app = typer.Typer(help="Datasets: versioned files of a project that jobs read; push a directory, "
+                                "pull a version, compare versions, move aliases.")
+DatasetArgument = Annotated[str, typer.Argument(help="NAME or PROJECT/NAME", metavar="DATASET")]
+VersionedArgument = Annotated[str, typer.Argument(help="[PROJECT/]NAME[:VERSION or ALIAS] (default: latest)",
+                                                  metavar="DATASET[:VERSION]")]
+ProjectOption = Annotated[str | None, typer.Option(help="the project of a DATASET given without one "
+                                                        "(default: default)")]
+
+
+def _named(reference: str, project: str | None) -> tuple[str, str, str]:
+    """(project, name, version) of `[PROJECT/]NAME[:VERSION]`."""
+    name, _, version = reference.partition(":")
+    if "/" in name:
+        project, _, name = name.partition("/")
+    if not name or not project and project is not None:
+        raise UsageError(f"{reference!r} is not [PROJECT/]NAME[:VERSION]")
+    return project or "default", name, version or LATEST
+
+
+def _progress() -> Progress:
+    return Progress(TextColumn("[progress.description]{task.description}"), BarColumn(), DownloadColumn(),
+                    TransferSpeedColumn(), TextColumn("{task.fields[files]} files"), console=errors,
+                    transient=not errors.is_terminal)
+
+
+def _hash_cache() -> HashCache:
+    folder = os.environ.get("MLYARD_CONFIG_DIR") or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") \
+        / "mlyard"
+    return HashCache(Path(folder) / "file-hashes.sqlite")
+
+
+@datasets_app.command("create")
+def create(dataset: DatasetArgument, project: ProjectOption = None,
+           description: Annotated[str, typer.Option(help="Markdown")] = "",
+           licence: Annotated[str | None, typer.Option(help="e.g. CC-BY-4.0")] = None,
+           tag: Annotated[list[str] | None, typer.Option(help="a tag (repeat for more)")] = None,
+           catalog: Annotated[bool, typer.Option(help="show its card to every user")] = False,
+           output: OutputOption = OutputFormat.table) -> None:
+    """Create an empty dataset of a project you are a member of (`push` creates one too)."""
+    project, name, _ = _named(dataset, project)
+    with Client() as client:
+        made = client.datasets.create(project, name, description=description, licence=licence, tags=tag or [],
+                                      visibility="catalog" if catalog else "project")
+    if output is OutputFormat.json:
+        print_json(made)
+        return
+    console.print(f"created dataset {made.project}/{made.name}")
+
+
+@datasets_app.command("ls")
+def list_datasets(project: Annotated[str | None, typer.Option(help="only this project's")] = None,
+                  search: Annotated[str | None, typer.Option(help="words of the name or description")] = None,
+                  tag: Annotated[str | None, typer.Option(help="only those with this tag")] = None,
+                  owner: Annotated[str | None, typer.Option(help="only this user's")] = None,
+                  output: OutputOption = OutputFormat.table) -> None:
+    """List the datasets of your projects and the catalog's."""
+    with Client() as client:
+        found = client.datasets.list(project=project, q=search, tag=tag, owner=owner)
+    if output is OutputFormat.json:
+        print_json(found)
+        return
+    table = Table("DATASET", "OWNER", "VERSIONS", "LATEST", "TAGS", "UPDATED", box=None)
+    for item in found:
+        table.add_row(escape(f"{item.project}/{item.name}"), escape(item.owner or "(unowned)"), str(item.versions),
+                      item.aliases.get(LATEST, "-"), escape(", ".join(item.tags)), ago(item.updated_at))
+    console.print(table)
+
+
+@datasets_app.command("show")
+def show(dataset: VersionedArgument, project: ProjectOption = None, output: OutputOption = OutputFormat.table) -> None:
+    """Show a dataset's card, or with :VERSION one version and its statistics."""
+    project, name, version = _named(dataset, project)
+    with Client() as client:
+        if ":" not in dataset:
+            card = client.datasets.get(project, name)
+            if output is OutputFormat.json:
+                print_json(card)
+                return
+            console.print(f"[bold]{escape(card.project)}/{escape(card.name)}[/] owner {escape(card.owner or '-')}, "
+                          f"{card.visibility}, {card.versions} versions; aliases: "
+                          + (", ".join(f"{alias} → {target}" for alias, target in card.aliases.items()) or "none"))
+            if card.description:
+                console.print(escape(card.description))
+            return
+        found = client.datasets.version(project, name, version)
+    if output is OutputFormat.json:
+        print_json(found)
+        return
+    console.print(f"[bold]{escape(found.project)}/{escape(found.dataset)}:{found.version}[/] "
+                  f"({found.file_count:,} files, {format_bytes(found.total_bytes)}) by {escape(found.created_by or '-')} "
+                  f"{ago(found.created_at)}; parent {found.parent or '-'}; aliases {', '.join(found.aliases) or '-'}")
+    if found.message:
+        console.print(escape(found.message))
+    for folder, figures in sorted(found.statistics.get("folders", {}).items()):
+        console.print(f"  {escape(folder)}/: {figures['files']:,} files, {format_bytes(figures['bytes'])}")
+
+
+@datasets_app.command("versions")
+def versions(dataset: DatasetArgument, project: ProjectOption = None, output: OutputOption = OutputFormat.table) -> None:
+    """List a dataset's versions, oldest first."""
+    project, name, _ = _named(dataset, project)
+    with Client() as client:
+        found = client.datasets.versions(project, name)
+    if output is OutputFormat.json:
+        print_json(found)
+        return
+    table = Table("VERSION", "PARENT", "FILES", "SIZE", "BY", "MADE", "ALIASES", "MESSAGE", box=None)
+    for item in found:
+        table.add_row(item.version, item.parent or "-", f"{item.file_count:,}", format_bytes(item.total_bytes),
+                      escape(item.created_by or "-"), ago(item.created_at), ", ".join(item.aliases),
+                      escape(item.message.splitlines()[0] if item.message else ""))
+    console.print(table)
+
+
+@datasets_app.command("push")
+def push(dataset: DatasetArgument, directory: Annotated[Path, typer.Argument(help="the files of the new version")],
+         project: ProjectOption = None,
+         parent: Annotated[str | None, typer.Option(help="the version it follows (default: latest)")] = None,
+         message: Annotated[str, typer.Option("--message", "-m", help="what changed")] = "",
+         output: OutputOption = OutputFormat.table) -> None:
+    """Upload a directory as a new version: only files the server lacks travel, and a directory
+    with the files of the parent makes no version. Creates the dataset if it does not exist."""
+    project, name, _ = _named(dataset, project)
+    if not directory.is_dir():
+        raise UsageError(f"{directory} is not a directory")
+    from mlyard.client import ClientError
+    with Client() as client:
+        try:
+            client.datasets.get(project, name)
+        except ClientError as error:
+            if error.status != 404:
+                raise
+            client.datasets.create(project, name)
+        cache = _hash_cache()
+        try:
+            with _progress() as bar:
+                task = bar.add_task("hashing", total=None, files=0)
+                plan = client.datasets.plan_push(directory, cache, lambda files, size: bar.update(
+                    task, advance=size, files=bar.tasks[task].fields["files"] + files))
+                bar.update(task, visible=False)
+                sending = bar.add_task("uploading", total=sum(file.size for file in plan.missing), files=0)
+                created = client.datasets.push(project, name, plan, parent=parent, message=message,
+                                               uploaded=lambda files, size: bar.update(
+                                                   sending, advance=size,
+                                                   files=bar.tasks[sending].fields["files"] + files))
+        finally:
+            cache.close()
+    if output is OutputFormat.json:
+        print_json(created)
+        return
+    for skipped in plan.skipped:
+        errors.print(f"skipped {escape(skipped)}: not a regular file")
+    sent = sum(file.size for file in plan.missing)
+    version = created.version
+    if not created.created:
+        console.print(f"{project}/{name}: unchanged, still {version.version} ({version.file_count:,} files)")
+        return
+    console.print(f"{project}/{name}:{version.version} ({version.file_count:,} files, "
+                  f"{format_bytes(version.total_bytes)}); uploaded {len(plan.missing):,} files, {format_bytes(sent)}")
+
+
+@datasets_app.command("pull")
+def pull(dataset: VersionedArgument, directory: Annotated[Path, typer.Argument(help="where its files go")],
+         project: ProjectOption = None) -> None:
+    """Download a version into a directory, each file checked against its sha256; files already
+    there and right are kept."""
+    project, name, version = _named(dataset, project)
+    with Client() as client:
+        found = client.datasets.version(project, name, version)
+        with _progress() as bar:
+            task = bar.add_task("downloading", total=found.total_bytes, files=0)
+            written, kept = client.datasets.pull(project, name, found.version, directory, lambda files, size: bar.update(
+                task, advance=size, files=bar.tasks[task].fields["files"] + files))
+    console.print(f"{project}/{name}:{found.version} in {directory}: {written:,} files written, {kept:,} already there")
+
+
+@datasets_app.command("diff")
+def diff(dataset: DatasetArgument, before: Annotated[str, typer.Argument(help="vN or an alias")],
+         after: Annotated[str, typer.Argument(help="vN or an alias")] = LATEST, project: ProjectOption = None,
+         output: OutputOption = OutputFormat.table) -> None:
+    """List the files added, removed and changed between two versions."""
+    project, name, _ = _named(dataset, project)
+    with Client() as client:
+        found = client.datasets.diff(project, name, before, after)
+    if output is OutputFormat.json:
+        print_json(found)
+        return
+    for file in found.added:
+        console.print(f"[green]+ {escape(file.path)}[/]")
+    for file in found.removed:
+        console.print(f"[red]- {escape(file.path)}[/]")
+    for change in found.changed:
+        console.print(f"[yellow]~ {escape(change.path)}[/] ({format_bytes(change.before.size)} → "
+                      f"{format_bytes(change.after.size)})")
+    console.print(f"{found.before} → {found.after}: {len(found.added)} added, {len(found.removed)} removed, "
+                  f"{len(found.changed)} changed")
+
+
+@datasets_app.command("alias")
+def alias(dataset: DatasetArgument, name: Annotated[str | None, typer.Argument(help="the alias to move")] = None,
+          version: Annotated[str | None, typer.Argument(help="the version it is to name")] = None,
+          project: ProjectOption = None, output: OutputOption = OutputFormat.table) -> None:
+    """Point an alias (clean, production, …) at a version; without one, list the aliases and
+    their moves."""
+    project, dataset_name, _ = _named(dataset, project)
+    if (name is None) != (version is None):
+        raise UsageError("give an alias and a version, or neither to list them")
+    with Client() as client:
+        if name is not None:
+            found = [client.datasets.set_alias(project, dataset_name, name, version)]
+        else:
+            found = client.datasets.aliases(project, dataset_name)
+    if output is OutputFormat.json:
+        print_json(found)
+        return
+    for item in found:
+        moves = " ← ".join(move.after or "-" for move in reversed(item.moves))
+        console.print(f"{item.alias} → {item.version}  (moves: {moves})")

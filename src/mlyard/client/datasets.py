@@ -1,0 +1,206 @@
+"""Datasets through the API: the calls, and pushing and pulling whole directories.
+
+A push hashes the files (`hash_cache.py` remembers unchanged ones), asks the server which blobs
+it lacks, uploads only those, several at once, then the manifest, and asks for a version. An
+interrupted push loses only the files in flight: the next one finds the rest uploaded. A pull
+writes each file beside its place and renames it there once its sha256 is checked, skipping
+files that are already right."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
+
+from mlyard.client.hash_cache import HashCache, sha256_of
+
+if TYPE_CHECKING:
+    from mlyard.api.datasets import AliasInfo, DatasetInfo, VersionCreated, VersionDiff, VersionFile, VersionInfo
+    from mlyard.client import Client
+
+PARALLEL_UPLOADS = 4
+ASK_CHUNK = 5_000
+_READ = 1024 * 1024
+Progress = Callable[[int, int], None]
+"""Told (files, bytes) each time a file is done."""
+
+
+@dataclass(frozen=True)
+class LocalFile:
+    path: str
+    """Relative, with forward slashes."""
+    source: Path
+    sha256: str
+    size: int
+
+
+@dataclass(frozen=True)
+class PushPlan:
+    files: list[LocalFile]
+    missing: list[LocalFile]
+    """Files whose bytes the server still needs."""
+    skipped: list[str]
+    """Links and special files, which a version does not hold."""
+
+
+def _path(project: str, name: str) -> str:
+    return f"/datasets/{project}/{name}"
+
+
+class Datasets:
+    def __init__(self, client: Client):
+        self._client = client
+
+    def _json(self, method: str, path: str, **kwargs: Any) -> Any:
+        return self._client._request(method, path, **kwargs).json()
+
+    def create(self, project: str, name: str, **fields: Any) -> DatasetInfo:
+        from mlyard.api.datasets import DatasetInfo
+        return DatasetInfo.model_validate(self._json("POST", "/datasets", json={"project": project, "name": name,
+                                                                                  **fields}))
+
+    def list(self, **filters: str | None) -> list[DatasetInfo]:
+        from mlyard.api.datasets import DatasetInfo
+        params = {key: value for key, value in filters.items() if value}
+        return [DatasetInfo.model_validate(item) for item in self._json("GET", "/datasets", params=params)]
+
+    def get(self, project: str, name: str) -> DatasetInfo:
+        from mlyard.api.datasets import DatasetInfo
+        return DatasetInfo.model_validate(self._json("GET", _path(project, name)))
+
+    def versions(self, project: str, name: str) -> list[VersionInfo]:
+        from mlyard.api.datasets import VersionInfo
+        return [VersionInfo.model_validate(item) for item in self._json("GET", _path(project, name) + "/versions")]
+
+    def version(self, project: str, name: str, version: str) -> VersionInfo:
+        from mlyard.api.datasets import VersionInfo
+        return VersionInfo.model_validate(self._json("GET", f"{_path(project, name)}/versions/{version}"))
+
+    def files(self, project: str, name: str, version: str) -> Iterator[VersionFile]:
+        """Every file of the version, in path order, read page by page."""
+        from mlyard.api.datasets import VersionFiles
+        after = None
+        while True:
+            params = {"limit": 10_000, **({"after": after} if after is not None else {})}
+            page = VersionFiles.model_validate(self._json("GET", f"{_path(project, name)}/versions/{version}/files",
+                                                          params=params))
+            yield from page.files
+            if page.next_after is None:
+                return
+            after = page.next_after
+
+    def diff(self, project: str, name: str, before: str, after: str) -> VersionDiff:
+        from mlyard.api.datasets import VersionDiff
+        return VersionDiff.model_validate(self._json("GET", _path(project, name) + "/diff",
+                                                     params={"before": before, "after": after}))
+
+    def aliases(self, project: str, name: str) -> list[AliasInfo]:
+        from mlyard.api.datasets import AliasInfo
+        return [AliasInfo.model_validate(item) for item in self._json("GET", _path(project, name) + "/aliases")]
+
+    def set_alias(self, project: str, name: str, alias: str, version: str) -> AliasInfo:
+        from mlyard.api.datasets import AliasInfo
+        return AliasInfo.model_validate(self._json("PUT", f"{_path(project, name)}/aliases/{alias}",
+                                                   json={"version": version}))
+
+    def missing(self, digests: list[str]) -> set[str]:
+        missing: set[str] = set()
+        for start in range(0, len(digests), ASK_CHUNK):
+            answer = self._json("POST", "/blobs:missing", json={"digests": digests[start:start + ASK_CHUNK]})
+            missing.update(answer["missing"])
+        return missing
+
+    def upload(self, digest: str, content: bytes | Path) -> None:
+        """Sends one blob; retried on connection errors (a repeat stores nothing twice)."""
+        if isinstance(content, bytes):
+            self._client._request("PUT", f"/blobs/{digest}", content=content, retry=True)
+            return
+        with open(content, "rb") as handle:
+            self._client._request("PUT", f"/blobs/{digest}", content=iter(lambda: handle.read(_READ), b""),
+                                  retry=False, headers={"Content-Length": str(content.stat().st_size)})
+
+    # ------------------------------------------------------------------ directories
+    def plan_push(self, directory: Path, cache: HashCache, hashed: Progress | None = None) -> PushPlan:
+        """The files of `directory` with their hashes, and those the server lacks."""
+        files, skipped = [], []
+        for root, folders, names in os.walk(directory):
+            folders.sort()
+            for name in sorted(names):
+                source = Path(root) / name
+                relative = source.relative_to(directory).as_posix()
+                stat = source.lstat()
+                if not source.is_file() or source.is_symlink():
+                    skipped.append(relative)
+                    continue
+                files.append(LocalFile(relative, source, cache.digest(source, stat), stat.st_size))
+                if hashed is not None:
+                    hashed(1, stat.st_size)
+        needed = self.missing(sorted({file.sha256 for file in files}))
+        first: dict[str, LocalFile] = {}
+        for file in files:
+            if file.sha256 in needed:
+                first.setdefault(file.sha256, file)  # identical files travel once
+        return PushPlan(files=files, missing=list(first.values()), skipped=skipped)
+
+    def push(self, project: str, name: str, plan: PushPlan, *, parent: str | None = None, message: str = "",
+             uploaded: Progress | None = None) -> VersionCreated:
+        """Uploads what the server lacks, then the manifest, and makes the version."""
+        from mlyard.api.datasets import VersionCreated
+
+        def send(file: LocalFile) -> None:
+            self.upload(file.sha256, file.source)
+            if uploaded is not None:
+                uploaded(1, file.size)
+
+        with ThreadPoolExecutor(PARALLEL_UPLOADS) as pool:
+            for _ in pool.map(send, plan.missing):
+                pass
+        manifest = json.dumps({"files": [{"path": file.path, "sha256": file.sha256, "size": file.size}
+                                         for file in plan.files]}, separators=(",", ":")).encode()
+        digest = hashlib.sha256(manifest).hexdigest()
+        self.upload(digest, manifest)
+        body = {"manifest": digest, "message": message, **({"parent": parent} if parent else {})}
+        return VersionCreated.model_validate(self._json("POST", _path(project, name) + "/versions", json=body))
+
+    def pull(self, project: str, name: str, version: str, directory: Path,
+             done: Progress | None = None) -> tuple[int, int]:
+        """Writes the version's files under `directory`; (files written, files already right)."""
+        pinned = self.version(project, name, version).version  # an alias that moves meanwhile changes nothing
+        files = list(self.files(project, name, pinned))
+        root = directory.resolve()
+
+        def fetch(file: VersionFile) -> bool:
+            target = (root / file.path).resolve()
+            if not target.is_relative_to(root):  # the server checks paths; a client checks them again
+                raise ValueError(f"the version lists {file.path!r}, which leads outside {directory}")
+            if target.is_file() and target.stat().st_size == file.size and sha256_of(target) == file.sha256:
+                if done is not None:
+                    done(1, file.size)
+                return False
+            target.parent.mkdir(parents=True, exist_ok=True)
+            partial = target.with_name(f".{target.name}.mlyard-partial")
+            hasher = hashlib.sha256()
+            url = f"{_path(project, name)}/versions/{pinned}/files/{quote(file.path)}"
+            with self._client._http.stream("GET", url) as response, open(partial, "wb") as sink:
+                if not response.is_success:
+                    self._client._request("GET", url)  # raises the server's error as a ClientError
+                for chunk in response.iter_bytes(_READ):
+                    hasher.update(chunk)
+                    sink.write(chunk)
+            if hasher.hexdigest() != file.sha256:
+                partial.unlink(missing_ok=True)
+                raise ValueError(f"{file.path}: the bytes received do not match its sha256")
+            os.replace(partial, target)
+            if done is not None:
+                done(1, file.size)
+            return True
+
+        with ThreadPoolExecutor(PARALLEL_UPLOADS) as pool:
+            written = sum(pool.map(fetch, files))
+        return written, len(files) - written

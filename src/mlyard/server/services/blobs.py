@@ -1,0 +1,63 @@
+"""File blobs of dataset versions: what a client must upload before a manifest may name a
+digest, and the record of who uploaded what.
+
+A digest is not a key: knowing one must not give anyone the bytes of a dataset they may not
+read. A caller may name a digest in a manifest only if they uploaded it themselves, or a
+version they may read holds it. For anything else they are told to upload it, which costs
+them the bytes and proves they have them (the store keeps one copy whatever the uploads).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from mlyard.server import auth
+from mlyard.server.store.dataset_rows import BlobUploaderRow, DatasetFileRow, DatasetRow, DatasetVersionRow
+from mlyard.server.store.db import Database, insert_if_absent
+from mlyard.storage import BlobStore
+
+_CHUNK = 500
+
+
+def nameable(session: Session, principal: auth.Principal, digests: Iterable[str]) -> set[str]:
+    """Those of `digests` the caller may name: uploaded by them, or held by a version of a
+    dataset whose files they may read."""
+    wanted = sorted(set(digests))
+    allowed: set[str] = set()
+    if principal.job_id is not None:
+        return allowed
+    visible = principal.visible_projects()
+    for start in range(0, len(wanted), _CHUNK):
+        chunk = wanted[start:start + _CHUNK]
+        if principal.user_id is not None:
+            allowed.update(session.scalars(select(BlobUploaderRow.digest).where(
+                BlobUploaderRow.user_id == principal.user_id, BlobUploaderRow.digest.in_(chunk))))
+        held = (select(DatasetFileRow.digest).distinct()
+                .join(DatasetVersionRow, DatasetVersionRow.id == DatasetFileRow.version_id)
+                .join(DatasetRow, DatasetRow.id == DatasetVersionRow.dataset_id)
+                .where(DatasetFileRow.digest.in_([digest for digest in chunk if digest not in allowed])))
+        if visible is not None:
+            held = held.where(DatasetRow.project.in_(sorted(visible)))
+        allowed.update(session.scalars(held))
+    return allowed
+
+
+def missing(database: Database, store: BlobStore, principal: auth.Principal, digests: list[str]) -> list[str]:
+    """The digests, in the order asked, that the caller must upload before naming them."""
+    auth.authorize(principal, auth.Action.WRITE)
+    with database.reading() as session:
+        allowed = nameable(session, principal, digests)
+    return [digest for digest in dict.fromkeys(digests) if digest not in allowed or not store.exists(digest)]
+
+
+def record_upload(database: Database, principal: auth.Principal, digest: str, size: int) -> None:
+    """The caller sent these bytes: they may name the digest from now on."""
+    if principal.user_id is None:
+        return
+    with database.transaction() as session:
+        insert_if_absent(session, BlobUploaderRow, digest=digest, user_id=principal.user_id, size=size,
+                         uploaded_at=time.time())

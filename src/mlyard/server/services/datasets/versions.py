@@ -1,0 +1,193 @@
+"""Versions: made from a manifest whose files are all in the store and nameable by the caller
+(`services/blobs.py`), numbered in order under the dataset's row lock, never changed after.
+A manifest with the files of its parent makes no version: pushing the same directory twice
+leaves the dataset as it was."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from sqlalchemy import func, insert, select
+from sqlalchemy.orm import Session
+
+from mlyard.api.datasets import (
+    LATEST,
+    MAX_MANIFEST_BYTES,
+    ChangedFile,
+    VersionCreated,
+    VersionDiff,
+    VersionFile,
+    VersionFiles,
+    VersionInfo,
+    VersionRequest,
+    version_name,
+)
+from mlyard.errors import InvalidRequest, NotFound
+from mlyard.server import auth
+from mlyard.server.services import blobs
+from mlyard.server.services.datasets import access, aliases, manifests
+from mlyard.server.store.dataset_rows import DatasetAliasRow, DatasetFileRow, DatasetRow, DatasetVersionRow
+from mlyard.server.store.db import Database
+from mlyard.storage import BlobStore
+
+_INSERT_CHUNK = 1_000
+
+
+def info(session: Session, dataset: DatasetRow, row: DatasetVersionRow) -> VersionInfo:
+    parent = session.get(DatasetVersionRow, row.parent_id) if row.parent_id is not None else None
+    names = session.scalars(select(DatasetAliasRow.name).where(DatasetAliasRow.version_id == row.id)
+                            .order_by(DatasetAliasRow.name))
+    return VersionInfo(project=dataset.project, dataset=dataset.name, version=version_name(row.number),
+                       parent=version_name(parent.number) if parent is not None else None, message=row.message,
+                       created_by=row.creator.name if row.creator else None, created_at=row.created_at,
+                       file_count=row.file_count, total_bytes=row.total_bytes, statistics=row.statistics,
+                       source_job=row.source_job_id, aliases=list(names))
+
+
+def _read_manifest(store: BlobStore, digest: str) -> bytes:
+    path = store.path_for(digest)
+    try:
+        if path.stat().st_size > MAX_MANIFEST_BYTES:
+            raise InvalidRequest(f"the manifest is over {MAX_MANIFEST_BYTES >> 20} MiB", field="manifest")
+        return path.read_bytes()
+    except FileNotFoundError as error:
+        raise InvalidRequest("the manifest is not in the store; upload it first (PUT /api/v1/blobs/{digest})",
+                             field="manifest") from error
+
+
+def _check_files(session: Session, store: BlobStore, principal: auth.Principal,
+                 entries: list[manifests.Entry]) -> None:
+    """Every file's blob is in the store, nameable by the caller, and of the size listed."""
+    allowed = blobs.nameable(session, principal, [entry.digest for entry in entries])
+    absent = [entry for entry in entries if entry.digest not in allowed or not store.exists(entry.digest)]
+    if absent:
+        shown = ", ".join(entry.path for entry in absent[:3])
+        raise InvalidRequest(f"{len(absent):,} files of the manifest are not uploaded ({shown}, …); upload them "
+                             "first (POST /api/v1/blobs:missing says which)", field="manifest")
+    for entry in entries:
+        size = store.path_for(entry.digest).stat().st_size
+        if size != entry.size:
+            raise InvalidRequest(f"the manifest gives {entry.path!r} {entry.size} bytes; its blob holds {size}",
+                                 field="manifest")
+
+
+def create_version(database: Database, store: BlobStore, principal: auth.Principal, project: str, name: str,
+                   request: VersionRequest, *, source_job: int | None = None) -> VersionCreated:
+    """A new version from the manifest blob of `request`, child of its parent (by default the
+    version `latest` names), which `latest` then names; or the parent itself, `created` False,
+    when the files are the parent's."""
+    auth.authorize(principal, auth.Action.WRITE)
+    with database.reading() as session:
+        dataset = access.seen(session, principal, project, name)
+        auth.require_role(principal, project, auth.Role.MEMBER, f"add versions to dataset {project}/{name}")
+        if request.manifest not in blobs.nameable(session, principal, [request.manifest]):
+            raise InvalidRequest("the manifest is not uploaded; upload it first (PUT /api/v1/blobs/{digest})",
+                                 field="manifest")
+        parent = _parent(session, dataset, request.parent)
+        entries = manifests.parse(_read_manifest(store, request.manifest))
+        _check_files(session, store, principal, entries)
+        fingerprint = manifests.fingerprint([(entry.path, entry.digest) for entry in entries])
+        if parent is not None and parent.fingerprint == fingerprint:
+            return VersionCreated(version=info(session, dataset, parent), created=False)
+    figures = manifests.statistics(entries, store.path_for)  # reads files: outside any transaction
+    with database.transaction() as session:
+        dataset = access.writable(session, principal, project, name)
+        number = (session.scalar(select(func.max(DatasetVersionRow.number))
+                                 .where(DatasetVersionRow.dataset_id == dataset.id)) or 0) + 1
+        now = time.time()
+        row = DatasetVersionRow(dataset_id=dataset.id, number=number, parent_id=parent.id if parent else None,
+                                message=request.message, created_by=principal.user_id, created_at=now,
+                                fingerprint=fingerprint, file_count=len(entries),
+                                total_bytes=sum(entry.size for entry in entries), statistics=figures,
+                                source_job_id=source_job)
+        session.add(row)
+        session.flush()
+        values = [{"version_id": row.id, "path": entry.path, "digest": entry.digest, "size": entry.size,
+                   "media_type": entry.media_type} for entry in entries]
+        for start in range(0, len(values), _INSERT_CHUNK):
+            session.execute(insert(DatasetFileRow.__table__), values[start:start + _INSERT_CHUNK])
+        aliases.move(session, dataset, LATEST, row, principal.name)
+        dataset.updated_at = now
+        session.flush()
+        return VersionCreated(version=info(session, dataset, row), created=True)
+
+
+def _parent(session: Session, dataset: DatasetRow, reference: str | None) -> DatasetVersionRow | None:
+    if reference is not None:
+        return aliases.resolve(session, dataset, reference, field="parent")
+    if session.get(DatasetAliasRow, (dataset.id, LATEST)) is None:
+        return None
+    return aliases.resolve(session, dataset, LATEST, field="parent")
+
+
+def list_versions(database: Database, principal: auth.Principal, project: str, name: str) -> list[VersionInfo]:
+    auth.authorize(principal, auth.Action.READ)
+    with database.reading() as session:
+        dataset = access.seen(session, principal, project, name)
+        rows = session.scalars(select(DatasetVersionRow).where(DatasetVersionRow.dataset_id == dataset.id)
+                               .order_by(DatasetVersionRow.number))
+        return [info(session, dataset, row) for row in rows]
+
+
+def get_version(database: Database, principal: auth.Principal, project: str, name: str,
+                reference: str) -> VersionInfo:
+    auth.authorize(principal, auth.Action.READ)
+    with database.reading() as session:
+        dataset = access.seen(session, principal, project, name)
+        return info(session, dataset, aliases.resolve(session, dataset, reference))
+
+
+def _file(row: DatasetFileRow) -> VersionFile:
+    return VersionFile(path=row.path, sha256=row.digest, size=row.size, media_type=row.media_type)
+
+
+def list_files(database: Database, principal: auth.Principal, project: str, name: str, reference: str, *,
+               after: str | None, limit: int, prefix: str | None = None) -> VersionFiles:
+    """A page of the version's files in path order, those past `after` (keyset paging)."""
+    auth.authorize(principal, auth.Action.READ)
+    with database.reading() as session:
+        dataset = access.readable(session, principal, project, name)
+        version = aliases.resolve(session, dataset, reference)
+        query = select(DatasetFileRow).where(DatasetFileRow.version_id == version.id)
+        if after is not None:
+            query = query.where(DatasetFileRow.path > after)
+        if prefix:
+            query = query.where(DatasetFileRow.path.startswith(prefix, autoescape=True))
+        rows = list(session.scalars(query.order_by(DatasetFileRow.path).limit(limit + 1)))
+        more = len(rows) > limit
+        rows = rows[:limit]
+        return VersionFiles(version=version_name(version.number), files=[_file(row) for row in rows],
+                            next_after=rows[-1].path if more else None)
+
+
+def file_blob(database: Database, store: BlobStore, principal: auth.Principal, project: str, name: str,
+              reference: str, path: str) -> tuple[Path, VersionFile]:
+    """Where the bytes of one file of the version lie, and what it is."""
+    auth.authorize(principal, auth.Action.READ)
+    with database.reading() as session:
+        dataset = access.readable(session, principal, project, name)
+        version = aliases.resolve(session, dataset, reference)
+        row = session.get(DatasetFileRow, (version.id, path))
+        if row is None:
+            raise NotFound(f"{version_name(version.number)} of {project}/{name} has no file {path!r}", field="path")
+        return store.path_for(row.digest), _file(row)
+
+
+def diff(database: Database, principal: auth.Principal, project: str, name: str, before: str,
+         after: str) -> VersionDiff:
+    """The files added, removed and changed from `before` to `after`."""
+    auth.authorize(principal, auth.Action.READ)
+    with database.reading() as session:
+        dataset = access.readable(session, principal, project, name)
+        old, new = aliases.resolve(session, dataset, before, field="before"), \
+            aliases.resolve(session, dataset, after, field="after")
+        files = {version.id: {row.path: _file(row) for row in session.scalars(
+            select(DatasetFileRow).where(DatasetFileRow.version_id == version.id))} for version in (old, new)}
+    first, second = files[old.id], files[new.id]
+    return VersionDiff(
+        before=version_name(old.number), after=version_name(new.number),
+        added=[second[path] for path in sorted(second.keys() - first.keys())],
+        removed=[first[path] for path in sorted(first.keys() - second.keys())],
+        changed=[ChangedFile(path=path, before=first[path], after=second[path])
+                 for path in sorted(first.keys() & second.keys()) if first[path].sha256 != second[path].sha256])

@@ -1,0 +1,109 @@
+"""ORM rows of the data center: datasets, their immutable versions and files, aliases and
+their moves, and who uploaded which file blob (a digest is a key only for its uploaders and the
+readers of a version that holds it)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import JSON, BigInteger, Float, ForeignKey, Index, Integer, String, Text, UniqueConstraint
+from sqlalchemy.orm import Mapped, mapped_column, relationship
+
+from mlyard.server.store.rows import Base, UserRow
+
+
+class DatasetRow(Base):
+    """A dataset of a project. `owner_id` is None for data an administrator registered, which
+    nobody has claimed yet."""
+
+    __tablename__ = "datasets"
+    __table_args__ = (UniqueConstraint("project", "name", name="uq_datasets_project_name"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    project: Mapped[str] = mapped_column(ForeignKey("projects.name"))
+    name: Mapped[str] = mapped_column(String(64))
+    owner_id: Mapped[int | None] = mapped_column(ForeignKey("users.id"), nullable=True)
+    description: Mapped[str] = mapped_column(Text, default="")
+    licence: Mapped[str | None] = mapped_column(String(128), nullable=True)
+    tags: Mapped[list[str]] = mapped_column(JSON, default=list)
+    visibility: Mapped[str] = mapped_column(String(16), default="project")
+    """project (its members see it) or catalog (anyone sees its card)."""
+    created_at: Mapped[float] = mapped_column(Float)
+    updated_at: Mapped[float] = mapped_column(Float)
+
+    owner: Mapped[UserRow | None] = relationship(lazy="joined")
+
+
+class DatasetVersionRow(Base):
+    """vN of a dataset: immutable once written. `fingerprint` is the sha256 of its sorted
+    (path, digest) pairs: two versions with the same files have the same one."""
+
+    __tablename__ = "dataset_versions"
+    __table_args__ = (UniqueConstraint("dataset_id", "number", name="uq_dataset_versions_number"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    dataset_id: Mapped[int] = mapped_column(ForeignKey("datasets.id", ondelete="CASCADE"))
+    number: Mapped[int] = mapped_column(Integer)
+    parent_id: Mapped[int | None] = mapped_column(ForeignKey("dataset_versions.id"), nullable=True)
+    message: Mapped[str] = mapped_column(Text, default="")
+    created_by: Mapped[int | None] = mapped_column(ForeignKey("users.id"), nullable=True)
+    created_at: Mapped[float] = mapped_column(Float)
+    fingerprint: Mapped[str] = mapped_column(String(64))
+    file_count: Mapped[int] = mapped_column(Integer)
+    total_bytes: Mapped[int] = mapped_column(BigInteger)
+    statistics: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    source_job_id: Mapped[int | None] = mapped_column(ForeignKey("jobs.id"), nullable=True)
+    """The job whose outputs it holds, if a job made it."""
+
+    creator: Mapped[UserRow | None] = relationship(lazy="joined")
+
+
+class DatasetFileRow(Base):
+    """One file of a version: its path in the version, its blob, size and media type."""
+
+    __tablename__ = "dataset_files"
+    __table_args__ = (Index("ix_dataset_files_digest", "digest"),)
+
+    version_id: Mapped[int] = mapped_column(ForeignKey("dataset_versions.id", ondelete="CASCADE"),
+                                            primary_key=True)
+    path: Mapped[str] = mapped_column(String(1024), primary_key=True)
+    digest: Mapped[str] = mapped_column(String(64))
+    size: Mapped[int] = mapped_column(BigInteger)
+    media_type: Mapped[str | None] = mapped_column(String(128), nullable=True)
+
+
+class DatasetAliasRow(Base):
+    """A movable name of a dataset (`latest`, `clean`, `production`) and the version it names."""
+
+    __tablename__ = "dataset_aliases"
+
+    dataset_id: Mapped[int] = mapped_column(ForeignKey("datasets.id", ondelete="CASCADE"), primary_key=True)
+    name: Mapped[str] = mapped_column(String(64), primary_key=True)
+    version_id: Mapped[int] = mapped_column(ForeignKey("dataset_versions.id"))
+    moved_at: Mapped[float] = mapped_column(Float)
+
+
+class DatasetAliasMoveRow(Base):
+    """Every move of an alias: from which version to which (None: set the first time, or removed)."""
+
+    __tablename__ = "dataset_alias_moves"
+    __table_args__ = (Index("ix_dataset_alias_moves_dataset", "dataset_id", "alias"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    dataset_id: Mapped[int] = mapped_column(ForeignKey("datasets.id", ondelete="CASCADE"))
+    alias: Mapped[str] = mapped_column(String(64))
+    from_version: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    to_version: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    moved_by: Mapped[str] = mapped_column(String(160))
+    at: Mapped[float] = mapped_column(Float)
+
+
+class BlobUploaderRow(Base):
+    """A file blob a user sent: they may name its digest in a version they make."""
+
+    __tablename__ = "blob_uploaders"
+
+    digest: Mapped[str] = mapped_column(String(64), primary_key=True)
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"), primary_key=True)
+    size: Mapped[int] = mapped_column(BigInteger)
+    uploaded_at: Mapped[float] = mapped_column(Float)

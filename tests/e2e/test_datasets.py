@@ -1,0 +1,144 @@
+"""Datasets through the real CLI and server, on SQLite and PostgreSQL: push a folder of
+scikit-learn's digits as PNG files, push it again (nothing travels, no version made), change it
+and push a second version, compare them, pull each and check the bytes, move aliases; an
+interrupted push picks up where it stopped; manifests that lie are refused."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import uuid
+from pathlib import Path
+
+import httpx
+import pytest
+from conftest import RunningServer
+
+from mlyard.client.hash_cache import HashCache
+
+
+def digits_folder(folder: Path, count: int = 24) -> Path:
+    """train/<label>/<n>.png and test/<label>/<n>.png from scikit-learn's 8×8 digits."""
+    from PIL import Image
+    from sklearn.datasets import load_digits
+
+    digits = load_digits()
+    for index in range(count):
+        split = "test" if index % 4 == 0 else "train"
+        target = folder / split / str(digits.target[index])
+        target.mkdir(parents=True, exist_ok=True)
+        pixels = (digits.images[index] * 255 / 16).astype("uint8")
+        Image.fromarray(pixels, mode="L").save(target / f"{index}.png")
+    (folder / "README.md").write_text("# digits\n")
+    return folder
+
+
+def files_of(folder: Path) -> dict[str, bytes]:
+    return {path.relative_to(folder).as_posix(): path.read_bytes() for path in sorted(folder.rglob("*"))
+            if path.is_file()}
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def test_push_again_pull_diff_and_aliases(server: RunningServer, tmp_path: Path) -> None:
+    name = unique("digits")
+    source = digits_folder(tmp_path / "digits")
+    first = server.cli_json("datasets", "push", name, str(source), "-m", "first")
+    assert first["created"] and first["version"]["version"] == "v1"
+    version = first["version"]
+    assert version["file_count"] == 25 and version["aliases"] == ["latest"]
+    figures = version["statistics"]
+    assert figures["images"]["formats"] == {"PNG": 24} and figures["images"]["sizes"] == {"8x8": 24}
+    assert figures["folders"]["train"]["files"] == 18 and figures["folders"]["."]["files"] == 1
+
+    with server.client() as client, HashCache(tmp_path / "hashes.sqlite") as cache:
+        assert client.datasets.plan_push(source, cache).missing == [], "a second push uploads nothing"
+    again = server.cli("datasets", "push", name, str(source), check=True)
+    assert "unchanged, still v1" in again.stdout
+
+    (source / "train" / "extra.txt").write_text("new\n")
+    (source / "README.md").write_text("# digits, second edition\n")
+    removed = next(path for path in sorted((source / "test").rglob("*.png")))
+    removed.unlink()
+    second = server.cli_json("datasets", "push", name, str(source), "-m", "second")["version"]
+    assert (second["version"], second["parent"], second["file_count"]) == ("v2", "v1", 25)
+
+    changes = server.cli_json("datasets", "diff", name, "v1", "v2")
+    assert [file["path"] for file in changes["added"]] == ["train/extra.txt"]
+    assert [file["path"] for file in changes["removed"]] == [removed.relative_to(source).as_posix()]
+    assert [change["path"] for change in changes["changed"]] == ["README.md"]
+
+    pulled = tmp_path / "pulled"
+    server.cli("datasets", "pull", f"{name}:v1", str(pulled), check=True)
+    assert files_of(pulled) == files_of(digits_folder(tmp_path / "fresh")), "v1's bytes, as first pushed"
+    kept = server.cli("datasets", "pull", f"{name}:v1", str(pulled), check=True)
+    assert "0 files written, 25 already there" in kept.stdout
+
+    server.cli("datasets", "alias", name, "clean", "v1", check=True)
+    aliases = {item["alias"]: item for item in server.cli_json("datasets", "alias", name)}
+    assert aliases["clean"]["version"] == "v1" and aliases["latest"]["version"] == "v2"
+    assert [(move["before"], move["after"]) for move in aliases["latest"]["moves"]] == [(None, "v1"), ("v1", "v2")]
+    listed = {item["name"]: item for item in server.cli_json("datasets", "ls")}
+    assert listed[name]["versions"] == 2 and listed[name]["aliases"] == {"clean": "v1", "latest": "v2"}
+
+
+def test_an_interrupted_push_sends_only_what_is_left(server: RunningServer, tmp_path: Path) -> None:
+    name = unique("resumed")
+    source = tmp_path / "data"
+    source.mkdir()
+    for index in range(8):
+        (source / f"part-{index}.bin").write_bytes(uuid.uuid4().bytes * 64)
+    with server.client() as client, HashCache(tmp_path / "hashes.sqlite") as cache:
+        client.datasets.create("default", name)
+        plan = client.datasets.plan_push(source, cache)
+        assert len(plan.missing) == 8
+        for file in plan.missing[:5]:  # then the connection drops
+            client.datasets.upload(file.sha256, file.source)
+        resumed = client.datasets.plan_push(source, cache)
+        assert sorted(file.path for file in resumed.missing) == sorted(file.path for file in plan.missing[5:])
+        created = client.datasets.push("default", name, resumed)
+        assert created.created and created.version.file_count == 8
+
+
+def put_manifest(http: httpx.Client, files: list[dict]) -> str:
+    body = json.dumps({"files": files}).encode()
+    digest = hashlib.sha256(body).hexdigest()
+    assert http.put(f"/blobs/{digest}", content=body).status_code == 201
+    return digest
+
+
+@pytest.mark.parametrize("entry, says", [
+    ({"path": "../escape.txt"}, "not normalized"),
+    ({"path": "/etc/passwd"}, "absolute"),
+    ({"path": "a\\b.txt"}, "backslash"),
+    ({"size": 999}, "blob holds 5"),
+    ({"sha256": "f" * 64}, "not uploaded"),
+])
+def test_a_manifest_that_lies_is_refused(server: RunningServer, entry: dict, says: str) -> None:
+    name = unique("lies")
+    content = b"hello"
+    good = {"path": "ok.txt", "sha256": hashlib.sha256(content).hexdigest(), "size": len(content)}
+    with httpx.Client(base_url=f"{server.url}/api/v1", headers={"Authorization": f"Bearer {server.token()}"}) as http:
+        assert http.post("/datasets", json={"name": name}).status_code == 201
+        assert http.put(f"/blobs/{good['sha256']}", content=content).status_code == 201
+        manifest = put_manifest(http, [{**good, **entry}])
+        answer = http.post(f"/datasets/default/{name}/versions", json={"manifest": manifest})
+        assert answer.status_code == 422 and answer.json()["details"][0]["field"] == "manifest"
+        assert says in answer.json()["message"]
+        assert http.get(f"/datasets/default/{name}").json()["versions"] == 0, "nothing half made"
+        clash = put_manifest(http, [good, {**good, "path": "ok.txt/inner.txt"}])
+        answer = http.post(f"/datasets/default/{name}/versions", json={"manifest": clash})
+        assert answer.status_code == 422 and "as a file and as a folder" in answer.json()["message"]
+
+
+def test_an_upload_that_does_not_match_its_digest_leaves_nothing(server: RunningServer) -> None:
+    with httpx.Client(base_url=f"{server.url}/api/v1", headers={"Authorization": f"Bearer {server.token()}"}) as http:
+        claimed = hashlib.sha256(b"what was promised").hexdigest()
+        answer = http.put(f"/blobs/{claimed}", content=b"something else")
+        assert answer.status_code == 422 and answer.json()["details"][0]["field"] == "digest"
+        assert http.post("/blobs:missing", json={"digests": [claimed]}).json() == {"missing": [claimed]}
+    blobs = server.home / "blobs"
+    assert not (blobs / claimed[:2] / claimed).exists()
+    assert not list((blobs / "tmp").glob("*.partial")), "no half-written upload left behind"
