@@ -40,6 +40,7 @@ bench: $(VENV)/.installed
 	$(BIN)/python bench/elastic.py
 	$(BIN)/python bench/container_overhead.py
 	$(BIN)/python bench/scaling.py
+	$(BIN)/python bench/datasets.py
 
 # Copies the web UI's front-end libraries (pinned in frontend/package.json) into the package;
 # the copies are committed, so running mlyard needs no npm.

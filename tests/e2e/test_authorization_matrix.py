@@ -229,8 +229,9 @@ RULES: dict[str, Rule] = {
         PROJECT_READERS, _on_dataset("GET", "/versions/v1"), hidden_from=frozenset({"outsider"})),
     "GET /api/v1/datasets/{project}/{name}/versions/{version}/files": Rule(
         PROJECT_READERS, _on_dataset("GET", "/versions/v1/files"), hidden_from=frozenset({"outsider"})),
-    "GET /api/v1/datasets/{project}/{name}/versions/{version}/files/{path}": Rule(
-        PROJECT_READERS, _on_dataset("GET", "/versions/v1/files/data.txt"), hidden_from=frozenset({"outsider"})),
+    "GET /api/v1/datasets/{project}/{name}/versions/{version}/file": Rule(
+        PROJECT_READERS, _on_dataset("GET", "/versions/v1/file", params={"path": "data.txt"}),
+        hidden_from=frozenset({"outsider"})),
     "GET /api/v1/datasets/{project}/{name}/diff": Rule(
         PROJECT_READERS, _on_dataset("GET", "/diff", params={"before": "v1", "after": "latest"}),
         hidden_from=frozenset({"outsider"})),

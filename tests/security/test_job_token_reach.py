@@ -39,6 +39,14 @@ REFUSED = {
     "GET /api/v1/projects/{name}/snapshots", "DELETE /api/v1/projects/{name}/snapshots/{digest}",
     "POST /api/v1/environments", "GET /api/v1/environments", "GET /api/v1/environments/{name}",
     "DELETE /api/v1/environments/{name}",
+    "POST /api/v1/datasets", "GET /api/v1/datasets", "GET /api/v1/datasets/{project}/{name}",
+    "POST /api/v1/datasets/{project}/{name}/versions", "GET /api/v1/datasets/{project}/{name}/versions",
+    "GET /api/v1/datasets/{project}/{name}/versions/{version}",
+    "GET /api/v1/datasets/{project}/{name}/versions/{version}/files",
+    "GET /api/v1/datasets/{project}/{name}/versions/{version}/file",
+    "GET /api/v1/datasets/{project}/{name}/diff", "GET /api/v1/datasets/{project}/{name}/aliases",
+    "PUT /api/v1/datasets/{project}/{name}/aliases/{alias}", "POST /api/v1/blobs:missing",
+    "PUT /api/v1/blobs/{digest}",
 }
 PROJECT = "reach"
 
@@ -94,7 +102,7 @@ def _call(world: World, http: httpx.Client, method: str, path: str, job: int) ->
     names = {"projects": PROJECT, "queues": "default", "users": "admin", "nodes": world.node,
              "environments": "reach-env"}
     url = path.removeprefix("/api/v1").format(job_id=job, name=names.get(section, PROJECT), user="admin",
-                                              digest=world.digest, token_id=1)
+                                              digest=world.digest, token_id=1, project=PROJECT, version="v1", alias="stable")
     bodies = {"metrics": {"step": 1, "metrics": {"loss": 0.5}}, "jobs": {"name": "x", "command": ["true"]},
               "projects": {"name": "taken-over"}, "users": {"name": "intruder", "password": "long enough pw"},
               "tokens": {"name": "escalated"}, "environments": {"name": "e", "base": "busybox"}}

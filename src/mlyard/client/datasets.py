@@ -16,7 +16,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import quote
 
 from mlyard.client.hash_cache import HashCache, sha256_of
 
@@ -164,7 +163,8 @@ class Datasets:
         manifest = json.dumps({"files": [{"path": file.path, "sha256": file.sha256, "size": file.size}
                                          for file in plan.files]}, separators=(",", ":")).encode()
         digest = hashlib.sha256(manifest).hexdigest()
-        self.upload(digest, manifest)
+        if self.missing([digest]):  # pushed before: a directory unchanged sends no byte
+            self.upload(digest, manifest)
         body = {"manifest": digest, "message": message, **({"parent": parent} if parent else {})}
         return VersionCreated.model_validate(self._json("POST", _path(project, name) + "/versions", json=body))
 
@@ -186,10 +186,10 @@ class Datasets:
             target.parent.mkdir(parents=True, exist_ok=True)
             partial = target.with_name(f".{target.name}.mlyard-partial")
             hasher = hashlib.sha256()
-            url = f"{_path(project, name)}/versions/{pinned}/files/{quote(file.path)}"
-            with self._client._http.stream("GET", url) as response, open(partial, "wb") as sink:
+            url, params = f"{_path(project, name)}/versions/{pinned}/file", {"path": file.path}
+            with self._client._http.stream("GET", url, params=params) as response, open(partial, "wb") as sink:
                 if not response.is_success:
-                    self._client._request("GET", url)  # raises the server's error as a ClientError
+                    self._client._request("GET", url, params=params)  # raises the server's error as a ClientError
                 for chunk in response.iter_bytes(_READ):
                     hasher.update(chunk)
                     sink.write(chunk)

@@ -9,6 +9,7 @@ from mlyard.api.datasets import (
     ALIAS_PATTERN,
     DEFAULT_FILES_PAGE,
     MAX_FILES_PAGE,
+    TAG_PATTERN,
     AliasInfo,
     AliasRequest,
     DatasetInfo,
@@ -27,8 +28,10 @@ from mlyard.spec import NAME_PATTERN
 router = APIRouter(prefix="/datasets", tags=["datasets"])
 Project = Annotated[str, Path(pattern=NAME_PATTERN, description="the dataset's project")]
 Name = Annotated[str, Path(pattern=NAME_PATTERN, description="the dataset's name")]
-Reference = Annotated[str, Path(pattern=r"^(v[1-9][0-9]{0,8}|[a-z][a-z0-9-]{0,62})$",
-                                description="vN or an alias (latest, …)")]
+REFERENCE = r"^(v[1-9][0-9]{0,8}|[a-z][a-z0-9-]{0,62})$"
+NO_NUL = r"^[^\x00]*$"
+"""PostgreSQL holds no NUL in text, not even to compare with: such a parameter is a 422."""
+Reference = Annotated[str, Path(pattern=REFERENCE, description="vN or an alias (latest, …)")]
 Alias = Annotated[str, Path(pattern=ALIAS_PATTERN)]
 ERRORS = {401: {"model": ErrorBody}, 403: {"model": ErrorBody}, 404: {"model": ErrorBody}, 422: {"model": ErrorBody}}
 DATASET = "/{project}/{name}"
@@ -44,9 +47,10 @@ def create_dataset(request: DatasetRequest, database: DatabaseDependency, caller
 @router.get("", response_model=list[DatasetInfo], responses=ERRORS)
 def list_datasets(database: DatabaseDependency, caller: PrincipalDependency,
                   project: Annotated[str | None, Query(pattern=NAME_PATTERN)] = None,
-                  q: Annotated[str | None, Query(max_length=200, description="words of the name or description")] = None,
-                  tag: Annotated[str | None, Query(max_length=63)] = None,
-                  owner: Annotated[str | None, Query(max_length=128)] = None) -> list[DatasetInfo]:
+                  q: Annotated[str | None, Query(max_length=200, pattern=NO_NUL,
+                                                 description="words of the name or description")] = None,
+                  tag: Annotated[str | None, Query(pattern=TAG_PATTERN)] = None,
+                  owner: Annotated[str | None, Query(max_length=128, pattern=NO_NUL)] = None) -> list[DatasetInfo]:
     """The datasets of the caller's projects and the catalog's cards."""
     return catalog.list_datasets(database, caller, project=project, search=q, tag=tag, owner=owner)
 
@@ -84,18 +88,24 @@ def get_version(project: Project, name: Name, version: Reference, database: Data
 @router.get(DATASET + "/versions/{version}/files", response_model=VersionFiles, responses=ERRORS)
 def list_files(project: Project, name: Name, version: Reference, database: DatabaseDependency,
                caller: PrincipalDependency,
-               after: Annotated[str | None, Query(max_length=1024, description="the last path of the page before")] = None,
-               prefix: Annotated[str | None, Query(max_length=1024, description="only paths that start so")] = None,
+               after: Annotated[str | None, Query(max_length=1024, pattern=NO_NUL,
+                                                  description="the last path of the page before")] = None,
+               prefix: Annotated[str | None, Query(max_length=1024, pattern=NO_NUL,
+                                                   description="only paths that start so")] = None,
                limit: Annotated[int, Query(ge=1, le=MAX_FILES_PAGE)] = DEFAULT_FILES_PAGE) -> VersionFiles:
     """The version's files in path order, a page at a time (readers of the dataset)."""
     return versions.list_files(database, caller, project, name, version, after=after, limit=limit, prefix=prefix)
 
 
-@router.get(DATASET + "/versions/{version}/files/{path:path}", response_class=FileResponse,
+@router.get(DATASET + "/versions/{version}/file", response_class=FileResponse,
             responses={**ERRORS, 200: {"content": {"application/octet-stream": {}}}})
-def read_file(project: Project, name: Name, version: Reference, path: str, http: Request,
-              database: DatabaseDependency, caller: PrincipalDependency) -> FileResponse:
-    """One file's bytes (readers of the dataset); its sha256 is the ETag."""
+def read_file(project: Project, name: Name, version: Reference, http: Request, database: DatabaseDependency,
+              caller: PrincipalDependency,
+              path: Annotated[str, Query(min_length=1, max_length=1024, pattern=NO_NUL,
+                                         description="its path in the version")],
+              ) -> FileResponse:
+    """One file's bytes (readers of the dataset); its sha256 is the ETag. The path is a query
+    parameter: as a path segment, every router would have its own idea of `..` and `%2F`."""
     blob, file = versions.file_blob(database, http.app.state.blobs, caller, project, name, version, path)
     return FileResponse(blob, media_type=file.media_type or "application/octet-stream",
                         headers={"ETag": f'"{file.sha256}"'})
@@ -103,8 +113,8 @@ def read_file(project: Project, name: Name, version: Reference, path: str, http:
 
 @router.get(DATASET + "/diff", response_model=VersionDiff, responses=ERRORS)
 def diff_versions(project: Project, name: Name, database: DatabaseDependency, caller: PrincipalDependency,
-                  before: Annotated[str, Query(max_length=64, description="vN or an alias")],
-                  after: Annotated[str, Query(max_length=64, description="vN or an alias")]) -> VersionDiff:
+                  before: Annotated[str, Query(pattern=REFERENCE, description="vN or an alias")],
+                  after: Annotated[str, Query(pattern=REFERENCE, description="vN or an alias")]) -> VersionDiff:
     """The files added, removed and changed from one version to another."""
     return versions.diff(database, caller, project, name, before, after)
 
