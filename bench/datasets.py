@@ -115,7 +115,7 @@ def main() -> int:
     parser.add_argument("--large-mib", type=int, default=1024, help="MiB of the large dataset's one file")
     parser.add_argument("--rounds", type=int, default=2)
     arguments = parser.parse_args()
-    console = Console()
+    console = Console(width=220)
     scratch = Path(tempfile.mkdtemp(prefix="mlyard-bench-datasets-"))
     missed: list[str] = []
     try:
