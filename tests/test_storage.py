@@ -499,6 +499,28 @@ def test_blob_digest_mismatch_leaves_nothing(tmp_path: Path) -> None:
     assert store_files(tmp_path / "blobs") == []
 
 
+def test_a_blob_received_in_pieces_is_published_read_only_or_not_at_all(tmp_path: Path) -> None:
+    """`receive`, as an upload read by an event loop uses it: verified against its digest,
+    published read-only, and nothing kept of one that is too large or does not match."""
+    store = BlobStore(tmp_path / "blobs")
+    writer = store.receive(max_bytes=10)
+    writer.write(b"hello ")
+    writer.write(b"you")
+    digest, size = writer.commit(digest_of(b"hello you"))
+    assert (digest, size) == (digest_of(b"hello you"), 9)
+    assert store.path_for(digest).read_bytes() == b"hello you"
+    assert store.path_for(digest).stat().st_mode & 0o777 == 0o444
+    too_large = store.receive(max_bytes=10)
+    too_large.write(b"0123456789")
+    with pytest.raises(SnapshotTooLarge):
+        too_large.write(b"!")
+    wrong = store.receive()
+    wrong.write(b"other bytes")
+    with pytest.raises(SnapshotError, match="does not match"):
+        wrong.commit(digest_of(b"promised bytes"))
+    assert store_files(tmp_path / "blobs") == [f"{digest[:2]}/{digest}"], "only the good one; no partial file left"
+
+
 def test_blob_validation_failure_leaves_nothing(tmp_path: Path) -> None:
     store = BlobStore(tmp_path / "blobs")
     seen: list[bytes] = []

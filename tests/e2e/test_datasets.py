@@ -77,6 +77,8 @@ def test_push_again_pull_diff_and_aliases(server: RunningServer, tmp_path: Path)
     assert "0 files written, 25 already there" in kept.stdout
 
     server.cli("datasets", "alias", name, "clean", "v1", check=True)
+    refused = server.cli("datasets", "alias", name, "v9", "v1")
+    assert refused.returncode != 0 and "reads as a version" in refused.stderr and "Traceback" not in refused.stderr
     aliases = {item["alias"]: item for item in server.cli_json("datasets", "alias", name)}
     assert aliases["clean"]["version"] == "v1" and aliases["latest"]["version"] == "v2"
     assert [(move["before"], move["after"]) for move in aliases["latest"]["moves"]] == [(None, "v1"), ("v1", "v2")]

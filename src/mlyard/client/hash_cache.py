@@ -1,7 +1,7 @@
 """The sha256 of local files, remembered by path, size, modification time and inode (as DVC
 does), so that pushing an unchanged directory again reads none of its bytes. Kept in a SQLite
-file beside the CLI's credentials (MLYARD_CONFIG_DIR); a file that changed in any of those is
-hashed again."""
+file (the CLI puts it in MLYARD_CONFIG_DIR, else the user's cache folder); a file that changed in
+any of those is hashed again."""
 
 from __future__ import annotations
 

@@ -69,30 +69,14 @@ class BlobStore:
         """
         if expected_digest is not None:
             _check_digest(expected_digest)
-        self.temporary_directory.mkdir(parents=True, exist_ok=True)
-        descriptor, temporary_name = tempfile.mkstemp(
-            dir=self.temporary_directory, prefix="upload-", suffix=".partial"
-        )
-        temporary = Path(temporary_name)
+        writer = self.receive(max_bytes=max_bytes)
         try:
-            digest, size = self._write(descriptor, chunks, max_bytes)
-            if expected_digest is not None and digest != expected_digest:
-                raise SnapshotError(
-                    f"upload does not match its digest: expected {expected_digest}, "
-                    f"received {digest}"
-                )
-            if validate is not None:
-                try:
-                    validate(temporary)
-                except SnapshotError:
-                    raise
-                except Exception as error:
-                    raise SnapshotError(f"upload rejected: {error}") from error
-            self._publish(temporary, digest)
+            for chunk in chunks:
+                writer.write(chunk)
         except BaseException:
-            temporary.unlink(missing_ok=True)
+            writer.discard()
             raise
-        return digest, size
+        return writer.commit(expected_digest, validate=validate)
 
     def receive(self, *, max_bytes: int | None = None) -> BlobWriter:
         """A writer for bytes that arrive piece by piece (an upload read by an event loop):
@@ -109,8 +93,7 @@ class BlobStore:
             temporary.unlink()
             return
         final.parent.mkdir(parents=True, exist_ok=True)
-        # Read-only: a dataset version's files are hard links to their blobs.
-        os.chmod(temporary, 0o444)
+        os.chmod(temporary, 0o444)  # a blob never changes
         # Atomic on one file system; a concurrent writer of the same digest renames identical
         # bytes, so whichever lands last is equally correct.
         os.replace(temporary, final)
@@ -133,28 +116,6 @@ class BlobStore:
         path.unlink(missing_ok=True)
         for extracted in path.parent.glob(f"{digest}{CACHE_INFIX}*"):
             shutil.rmtree(extracted, ignore_errors=True)
-
-    @staticmethod
-    def _write(
-        descriptor: int, chunks: Iterable[bytes], max_bytes: int | None
-    ) -> tuple[str, int]:
-        hasher = hashlib.sha256()
-        size = 0
-        with os.fdopen(descriptor, "wb") as sink:
-            for chunk in chunks:
-                if not chunk:
-                    continue
-                size += len(chunk)
-                if max_bytes is not None and size > max_bytes:
-                    raise SnapshotTooLarge(
-                        f"upload is larger than the {format_megabytes(max_bytes)} limit"
-                    )
-                hasher.update(chunk)
-                sink.write(chunk)
-            sink.flush()
-            # The rename that follows must never publish a blob whose bytes are not on disk.
-            os.fsync(sink.fileno())
-        return hasher.hexdigest(), size
 
     def put_file(
         self,
@@ -195,9 +156,11 @@ class BlobWriter:
         self._hasher.update(chunk)
         self._sink.write(chunk)
 
-    def commit(self, expected_digest: str | None = None) -> tuple[str, int]:
+    def commit(self, expected_digest: str | None = None, *,
+               validate: Callable[[Path], object] | None = None) -> tuple[str, int]:
         """Publishes the bytes; ``(digest, size)``. Raises SnapshotError (and keeps nothing)
-        when they do not match `expected_digest`."""
+        when they do not match `expected_digest` or `validate(temporary_path)` raises (its
+        SnapshotError as is)."""
         try:
             self._sink.flush()
             os.fsync(self._sink.fileno())  # never publish a blob whose bytes are not on disk
@@ -206,6 +169,13 @@ class BlobWriter:
             if expected_digest is not None and digest != _check_digest(expected_digest):
                 raise SnapshotError(f"upload does not match its digest: expected {expected_digest}, "
                                     f"received {digest}")
+            if validate is not None:
+                try:
+                    validate(self._temporary)
+                except SnapshotError:
+                    raise
+                except Exception as error:
+                    raise SnapshotError(f"upload rejected: {error}") from error
             self._store._publish(self._temporary, digest)
         except BaseException:
             self.discard()
