@@ -19,6 +19,7 @@ shows them).
 """
 
 import argparse
+import gc
 import os
 import random
 import sys
@@ -137,6 +138,10 @@ def main() -> int:
     try:
         return train(args, device)
     finally:
+        # DDP's reducer sits in a reference cycle that holds the process group: left to
+        # interpreter shutdown, gloo's threads can be destroyed unjoined and the process
+        # aborts ("terminate called without an active exception", exit 134).
+        gc.collect()
         dist.destroy_process_group()
 
 

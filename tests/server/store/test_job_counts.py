@@ -144,3 +144,20 @@ def test_a_listings_total_counts_only_what_its_caller_may_see(database: Database
             (member, {"project": "speech"}, 0), (outsider, {}, 0))
     for principal, filters, expected in cases:
         assert jobs.page_jobs(database, principal, limit=1, **filters).total == expected, (principal.name, filters)
+
+
+def test_a_reader_of_one_snapshot_does_not_see_what_commits_between_its_statements(database: Database) -> None:
+    """A scrape reads the kept counts and then the held cores: a job started between the two
+    must be in both or in neither (`telemetry.collect`)."""
+    rng = random.Random(3)
+
+    def insert_one() -> None:
+        with database.transaction() as writer:
+            writer.execute(insert(JobRow), [job(rng, 1)])
+
+    with database.reading(one_snapshot=True) as session:
+        before = job_counts.total(session)
+        insert_one()
+        assert session.scalar(select(func.count()).select_from(JobRow)) == before
+    with database.reading() as session:
+        assert job_counts.total(session) == before + 1

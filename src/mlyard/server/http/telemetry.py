@@ -234,7 +234,8 @@ class DatabaseCollector(Collector):
         if database is None:
             return []
         # All families are read before any is yielded: the transaction ends before formatting.
-        with database.reading() as session:
+        # One snapshot: a job that starts during the scrape is in both its counts and its cores, or in neither.
+        with database.reading(one_snapshot=True) as session:
             return [family for source in self.sources for family in source(session)]
 
 

@@ -212,6 +212,12 @@ class Database:
         self.engine = make_engine(self.url)
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
         self._readers = sessionmaker(self.engine.execution_options(**{READ_ONLY: True}), expire_on_commit=False)
+        # PostgreSQL's default isolation gives each statement its own snapshot; a reader whose
+        # statements must agree (a job counted RUNNING where its cores are counted held) asks
+        # for one snapshot. SQLite's readers have one already.
+        self._snapshots = self._readers if not is_postgres(self.url) else sessionmaker(
+            self.engine.execution_options(**{READ_ONLY: True}, isolation_level="REPEATABLE READ"),
+            expire_on_commit=False)
         # SQLite has one writer at a time, and a writer that finds the lock taken sleeps in
         # SQLite's busy handler in steps of up to 100 ms. The threads of this process queue on
         # a lock of their own instead, and each goes the moment the last one commits; other
@@ -253,10 +259,11 @@ class Database:
                 raise
 
     @contextmanager
-    def reading(self) -> Iterator[Session]:
+    def reading(self, *, one_snapshot: bool = False) -> Iterator[Session]:
         """A session that only reads. On SQLite it reads one snapshot and neither waits for
-        writers nor holds them up (see `_sqlite_begin`); it must not write."""
-        with self._readers() as session, session.begin():
+        writers nor holds them up (see `_sqlite_begin`); it must not write. On PostgreSQL each
+        statement reads the latest commits unless `one_snapshot` asks for all to read the same."""
+        with (self._snapshots if one_snapshot else self._readers)() as session, session.begin():
             yield session
 
     def close(self) -> None:
