@@ -44,6 +44,7 @@ FULL_CONFIG = LaunchConfig(
     processes=4,
     cpu_quota_millicores=250,
     cpu_cgroup_parent=Path("/sys/fs/cgroup/cpu/mlyard"),
+    links={"data/digits": "/home/mlyard/dataset-views/7/digits"},
 )
 
 
@@ -54,7 +55,7 @@ def test_a_launch_config_reads_back_as_written_privately_under_its_keys(tmp_path
     assert path.stat().st_mode & 0o777 == 0o600  # it holds the job's API token
     assert sorted(json.loads(path.read_text())) == [
         "cache_snapshot", "cgroup_name", "command", "cpu_cgroup_parent", "cpu_ids", "cpu_quota_millicores", "env", "hide_home", "keep",
-        "keep_read_only", "max_log_bytes", "memory_bytes", "memory_cgroup_parent", "prepend_path", "processes",
+        "keep_read_only", "links", "max_log_bytes", "memory_bytes", "memory_cgroup_parent", "prepend_path", "processes",
         "run_as", "snapshot"]
     assert [entry.name for entry in tmp_path.iterdir()] == [LAUNCH_CONFIG], "no temporary file is left"
 
@@ -84,6 +85,7 @@ def test_a_launch_config_written_before_cpu_quotas_reads_as_having_none() -> Non
     ({"command": ["true"], "cpu_quota_millicores": 0.25}, "'cpu_quota_millicores' must be an integer or null"),
     ({"command": ["true"], "env": {"RANK": 1}}, "'env' must map names to strings"),
     ({"command": ["true"], "cache_snapshot": 1}, "'cache_snapshot' must be true or false"),
+    ({"command": ["true"], "links": {"data": "relative"}}, "'links' must map relative paths to absolute paths"),
     ({"command": ["true"], "run_as": {"name": "x", "uid": 1}}, "'run_as' must be null or an object"),
     (["true"], "expected a JSON object, not list"),
 ])

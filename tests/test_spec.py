@@ -14,6 +14,7 @@ from mlyard.spec import (
     JobStatus,
     Resources,
     can_transition,
+    dataset_variable,
     parse_duration,
     parse_memory,
 )
@@ -372,3 +373,25 @@ def test_every_non_terminal_status_can_reach_a_terminal_one() -> None:
 def test_active_statuses_are_those_with_processes() -> None:
     active = {status for status in JobStatus if status.is_active}
     assert active == {JobStatus.SCHEDULED, JobStatus.STARTING, JobStatus.RUNNING}, "a RESTARTING job waits out its backoff"
+
+
+@pytest.mark.parametrize("datasets, says", [
+    ([{"name": "digits", "path": "data/../etc"}], "not a relative path of plain names"),
+    ([{"name": "digits", "path": "/abs"}], "not a relative path of plain names"),
+    ([{"name": "digits", "path": ".git"}], "not a relative path of plain names"),
+    ([{"name": "digits", "version": "V2"}], "datasets.0.version"),
+    ([{"name": "digits"}, {"name": "digits", "project": "other", "path": "x"}], "digits named twice"),
+    ([{"name": "a", "path": "data"}, {"name": "b", "path": "data/b"}], "'data/b' lies in 'data'"),
+    ([{"name": "a", "fingerprint": "abc"}], "datasets.0.fingerprint"),
+])
+def test_dataset_inputs_that_would_collide_or_escape_are_refused(datasets: list, says: str) -> None:
+    with pytest.raises(ValidationError) as refused:
+        JobSpec.model_validate({"name": "j", "command": ["true"], "datasets": datasets})
+    assert says in str(refused.value)
+
+
+def test_a_dataset_input_defaults_to_latest_under_data() -> None:
+    item = JobSpec.model_validate({"name": "j", "command": ["true"], "datasets": [
+        {"name": "my-digits"}, {"name": "b", "path": "/inputs/b/"[1:]}]}).datasets
+    assert (item[0].version, item[0].directory, item[1].directory) == ("latest", "data/my-digits", "inputs/b")
+    assert dataset_variable("my-digits") == "MLYARD_DATASET_MY_DIGITS"

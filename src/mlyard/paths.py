@@ -2,7 +2,8 @@
 
 `MLYARD_HOME` (default `~/.mlyard`) holds, in embedded mode:
 `mlyard.db` (SQLite), `blobs/` (content-addressed snapshots), `runs/<job>/<attempt>/<replica>/`
-(launcher config, logs, exit status), `checkpoints/<job>/`, `tensorboard/<job>/`, `admin.token`
+(launcher config, logs, exit status), `checkpoints/<job>/`, `tensorboard/<job>/`,
+`dataset-views/<job>/<dataset>/` (the versions a job reads, as hard links into `blobs/`), `admin.token`
 (0600), and the server's `server.pid`, `server.log` and `server.json` (its URL).
 """
 
@@ -68,6 +69,14 @@ class Paths:
 
     def tensorboard_directory(self, job_id: int) -> Path:
         return self.tensorboard / str(job_id)
+
+    @property
+    def dataset_views(self) -> Path:
+        return self.home / "dataset-views"
+
+    def dataset_view(self, job_id: int, dataset: str) -> Path:
+        """The read-only tree of the version a job reads of `dataset` (`control/dataset_views.py`)."""
+        return self.dataset_views / str(job_id) / dataset
 
     @property
     def environments(self) -> Path:

@@ -213,6 +213,66 @@ def normalize_command(value: Any) -> list[str]:
     raise ValueError("the command must be a string or a list of strings")
 
 
+VERSION_PATTERN = r"^v[1-9][0-9]{0,8}$"
+ALIAS_PATTERN = r"^[a-z][a-z0-9-]{0,62}$"
+"""An alias starts with a letter, so it is never read as a version (`v2`) or a number."""
+DIGEST_PATTERN = r"^[0-9a-f]{64}$"
+MAX_DATASET_INPUTS = 32
+_DATASET_PATH_PART = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
+
+
+def dataset_variable(name: str) -> str:
+    """The variable that holds an input's directory: `MLYARD_DATASET_` and the name upper-cased,
+    dashes as underscores."""
+    return "MLYARD_DATASET_" + name.upper().replace("-", "_")
+
+
+class DatasetInput(_Strict):
+    """A dataset version the job reads, shown to every replica as a read-only directory."""
+
+    name: str = Field(pattern=NAME_PATTERN, description="the dataset")
+    project: str | None = Field(
+        default=None, pattern=NAME_PATTERN, description="the dataset's project (default: the job's)")
+    version: str = Field(
+        default="latest", pattern=f"{VERSION_PATTERN[:-1]}|{ALIAS_PATTERN[1:]}",
+        description="a version (v2) or an alias (latest, production); the server resolves an alias at "
+        "submission and stores the version, so a restart or a resubmission reads the same files")
+    path: str | None = Field(
+        default=None, max_length=255,
+        description="where the replicas see it, relative to their working directory (default: data/NAME)")
+    fingerprint: str | None = Field(
+        default=None, pattern=DIGEST_PATTERN,
+        description="set by the server at submission: the version's fingerprint (a sha256 of its paths and "
+        "their digests), which a resubmission must find again")
+
+    @field_validator("path")
+    @classmethod
+    def _path(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        parts = value.strip("/").split("/") if not value.startswith("/") else []
+        # Plain names only: no `..`, no dot-files that could shadow the code's own (.git), no escapes.
+        if not parts or not all(_DATASET_PATH_PART.match(part) for part in parts):
+            raise ValueError(f"{value!r} is not a relative path of plain names (letters, digits, . _ -) such as "
+                             "data/digits")
+        return "/".join(parts)
+
+    @property
+    def directory(self) -> str:
+        return self.path or f"data/{self.name}"
+
+
+def check_dataset_inputs(inputs: list[DatasetInput]) -> None:
+    names = [item.name for item in inputs]
+    if repeated := sorted({name for name in names if names.count(name) > 1}):
+        raise ValueError(f"datasets: {', '.join(repeated)} named twice; each input has its own "
+                         f"{dataset_variable(repeated[0])}")
+    paths = sorted(item.directory for item in inputs)
+    for first, second in zip(paths, paths[1:], strict=False):
+        if second == first or second.startswith(first + "/"):
+            raise ValueError(f"datasets: path {second!r} lies in {first!r}; give each input its own directory")
+
+
 # A Docker/OCI reference: optional registry host[:port]/, lowercase path components, then :tag
 # and/or @digest.
 IMAGE_PATTERN = (r"^(?:[a-zA-Z0-9.-]+(?::[0-9]+)?/)?[a-z0-9]+(?:[._-]+[a-z0-9]+)*(?:/[a-z0-9]+(?:[._-]+[a-z0-9]+)*)*"
@@ -273,6 +333,10 @@ class JobSpec(_Strict):
         description="an environment built with `mlyard env build` (an image, or a virtualenv on a server "
         "without a container engine), instead of an image",
     )
+    datasets: list[DatasetInput] = Field(
+        default_factory=list, max_length=MAX_DATASET_INPUTS,
+        description="dataset versions every replica reads, each a read-only directory under its working "
+                    "directory whose absolute path is in MLYARD_DATASET_<NAME>")
 
     @field_validator("command", mode="before")
     @classmethod
@@ -339,6 +403,7 @@ class JobSpec(_Strict):
             raise ValueError("success_policy chief needs a role named chief (or master)")
         if self.success_policy == "worker-0" and "worker" not in names:
             raise ValueError("success_policy worker-0 needs a role named worker")
+        check_dataset_inputs(self.datasets)
         return self
 
     @property

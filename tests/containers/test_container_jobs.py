@@ -234,3 +234,27 @@ def test_an_environment_is_built_once_as_an_image_and_jobs_run_in_it(container_s
     assert not containers_of(str(server.home / "runs" / str(job)))
     for environment in (name, twin):
         server.cli("env", "rm", environment, check=True)
+
+
+def test_a_container_job_reads_a_dataset_version_it_cannot_change(container_server: RunningServer, code: Path,
+                                                                  tmp_path: Path) -> None:
+    folder = tmp_path / "labels"
+    (folder / "train").mkdir(parents=True)
+    (folder / "train" / "a.txt").write_text("cat\n")
+    container_server.cli_json("datasets", "push", "labels", str(folder))
+    reader = ("import os; root = os.environ['MLYARD_DATASET_LABELS']; "
+              "print('READ', open('data/labels/train/a.txt').read().strip(), os.path.samefile(root, 'data/labels'))\n"
+              "try:\n    open('data/labels/train/a.txt', 'w').write('dog')\nexcept OSError as error:\n"
+              "    print('REFUSED', error.__class__.__name__)\n")
+    (code / "labels.py").write_text(reader)
+    spec = tmp_path / "job.yaml"
+    spec.write_text(json.dumps({"name": "labels", "command": ["python3", "labels.py"], "image": IMAGE,
+                                "datasets": [{"name": "labels"}]}))
+    job = container_server.cli_json("submit", str(spec), "--context", str(code))
+    detail = wait_status(container_server, job["id"], {"SUCCEEDED", "FAILED", "CANCELLED"})
+    log = log_of(container_server, job["id"])
+    assert detail["status"] == "SUCCEEDED", (detail["message"], log)
+    assert "READ cat True" in log and "REFUSED" in log, log
+    pulled = tmp_path / "pulled"
+    container_server.cli("datasets", "pull", "labels:v1", str(pulled), check=True)
+    assert (pulled / "train" / "a.txt").read_text() == "cat\n"

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from mlyard.backends.base import AttemptLaunch, ReplicaLaunch
+from mlyard.backends.base import AttemptLaunch, DatasetMount, ReplicaLaunch
 from mlyard.backends.local.containers import (
     ContainerReplicas,
     Engine,
@@ -189,3 +189,15 @@ def test_engine_states_are_read_from_podman_and_docker_answers() -> None:
 def test_an_engine_at_a_path_is_a_unix_socket() -> None:
     assert Engine("/run/podman/podman.sock").url == "unix:///run/podman/podman.sock"
     assert Engine("tcp://10.0.0.1:2375").url == "tcp://10.0.0.1:2375"
+
+
+def test_a_dataset_version_is_a_read_only_volume_at_its_host_path(tmp_path: Path) -> None:
+    view = tmp_path / "dataset-views" / "7" / "digits"
+    launch = dataclasses.replace(attempt(tmp_path, replica(tmp_path)),
+                                 datasets=(DatasetMount(directory="data/digits", view=view),))
+    [plan] = backend().dryrun(launch)
+    assert plan["container"]["volumes"][str(view)] == {"bind": str(view), "mode": "ro"}
+    [process] = LocalBackend(cpus=1, containers=None, hide_home=tmp_path).dryrun(
+        dataclasses.replace(launch, replicas=(replica(tmp_path, image=None),)))
+    config = process["config"]
+    assert config["links"] == {"data/digits": str(view)} and str(view) in config["keep_read_only"]

@@ -3,7 +3,8 @@ of caller, must give exactly the answer its rule allows. An operation without a 
 fails the test, so a new route cannot ship unclassified.
 
 Callers: anonymous; `outsider`, a member of another project; `viewer`, `member` and
-`maintainer` of project P; the administrator. P holds a job of `member`'s.
+`maintainer` of project P; the administrator. P holds a job of `member`'s, and datasets
+`member` owns. (A job token's reach is tests/security/test_job_token_reach.py's.)
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ ANY_USER = frozenset(PERSONAS) - {"anonymous"}
 PROJECT_READERS = frozenset({"viewer", "member", "maintainer", "admin"})
 PROJECT_WRITERS = frozenset({"member", "maintainer", "admin"})
 MAINTAINERS = frozenset({"maintainer", "admin"})
+DATASET_MANAGERS = frozenset({"member", "maintainer", "admin"})
+"""The owner of the matrix's datasets (`member`) and their project's maintainers."""
 ADMIN = frozenset({"admin"})
 PASSWORD = "matrix pass 1"
 _counter = itertools.count(1)
@@ -39,7 +42,13 @@ class World:
     tokens: dict[str, str]
     job: int
     spare_user: str
+    grantee: str = ""
+    """A project no caller is in, which datasets are shared with (sharing them with the outsider's
+    would let them read what the other rules expect them not to see)."""
+    data: str = ""
+    """A directory under the server's MLYARD_DATA_ROOTS, to register."""
     dataset: str | None = None
+    catalog: str | None = None
 
     def http(self, persona: str) -> httpx.Client:
         headers = {} if persona == "anonymous" else {"Authorization": f"Bearer {self.tokens[persona]}"}
@@ -87,6 +96,31 @@ class World:
         with self.http("member") as http:
             return http.post("/tokens", json={"name": "to revoke"}).json()["info"]["id"]
 
+    def fresh_unowned(self) -> str:
+        """A dataset of the default project nobody owns, registered by the administrator."""
+        name = f"reg-{next(_counter)}-{self.server.port}"
+        with self.as_admin() as http:
+            answer = http.post("/datasets:register", json={"path": self.data, "name": name})
+        assert answer.status_code == 201, answer.text
+        return name
+
+    def fresh_claim(self) -> int:
+        """A pending claim of `member`'s, for P, of fresh unowned data."""
+        with self.http("member") as http:
+            answer = http.post(f"/datasets/default/{self.fresh_unowned()}/claims", json={"project": self.project})
+        assert answer.status_code == 201, answer.text
+        return answer.json()["id"]
+
+    def fresh_request(self) -> int:
+        """A pending request of the outsider's project to read the catalog dataset."""
+        path = f"/datasets/{self.project}/{_catalog(self)}"
+        with self.as_admin() as http:
+            http.delete(f"{path}/grants/{self.other}")
+        with self.http("outsider") as http:
+            answer = http.post(f"{path}/requests", json={"project": self.other})
+        assert answer.status_code in (200, 201), answer.text
+        return answer.json()["id"]
+
 
 def snapshot_archive(text: str) -> bytes:
     """A gzip tarball with one file: a valid code snapshot."""
@@ -131,6 +165,29 @@ def _dataset(world: World) -> str:
             assert _push(http, world.project, name, b"matrix data").status_code == 201
         world.dataset = name
     return world.dataset
+
+
+def _catalog(world: World) -> str:
+    """A `catalog` dataset of P (every user sees its card), made once by `member`."""
+    if world.catalog is None:
+        name = f"mc-{world.server.port}"
+        with world.http("member") as http:
+            answer = http.post("/datasets", json={"name": name, "project": world.project, "visibility": "catalog"})
+            assert answer.status_code == 201, answer.text
+        world.catalog = name
+    return world.catalog
+
+
+def _granted_first(world: World, http: httpx.Client) -> httpx.Response:
+    path = f"/datasets/{world.project}/{_dataset(world)}/grants/{world.grantee}"
+    with world.as_admin() as admin:
+        assert admin.put(path).status_code == 200
+    return http.delete(path)
+
+
+def _answer_request(verb: str) -> Callable[[World, httpx.Client], httpx.Response]:
+    return lambda world, http: http.post(
+        f"/datasets/{world.project}/{_catalog(world)}/requests/{world.fresh_request()}/{verb}", json={})
 
 
 def _on_dataset(method: str, path: str, **kwargs) -> Callable[[World, httpx.Client], httpx.Response]:
@@ -240,6 +297,41 @@ RULES: dict[str, Rule] = {
     "PUT /api/v1/datasets/{project}/{name}/aliases/{alias}": Rule(
         PROJECT_WRITERS, _on_dataset("PUT", "/aliases/stable", json={"version": "v1"}),
         hidden_from=frozenset({"outsider"})),
+    # Sharing: the owner and the project's maintainers grant other projects, and answer requests
+    # made from the catalog by members of other projects; a request names the requester's project.
+    "GET /api/v1/datasets/{project}/{name}/grants": Rule(PROJECT_READERS, _on_dataset("GET", "/grants"),
+                                                         hidden_from=frozenset({"outsider"})),
+    "PUT /api/v1/datasets/{project}/{name}/grants/{grantee_project}": Rule(
+        DATASET_MANAGERS, lambda w, h: h.put(f"/datasets/{w.project}/{_dataset(w)}/grants/{w.grantee}"),
+        hidden_from=frozenset({"outsider"})),
+    "DELETE /api/v1/datasets/{project}/{name}/grants/{grantee_project}": Rule(
+        DATASET_MANAGERS, _granted_first, hidden_from=frozenset({"outsider"})),
+    "POST /api/v1/datasets/{project}/{name}/requests": Rule(
+        frozenset({"outsider", "admin"}), lambda w, h: h.post(f"/datasets/{w.project}/{_catalog(w)}/requests",
+                                                              json={"project": w.other})),
+    "GET /api/v1/datasets/{project}/{name}/requests": Rule(DATASET_MANAGERS, _on_dataset("GET", "/requests"),
+                                                           hidden_from=frozenset({"outsider"})),
+    "POST /api/v1/datasets/{project}/{name}/requests/{request_id}/grant": Rule(
+        DATASET_MANAGERS, _answer_request("grant")),
+    "POST /api/v1/datasets/{project}/{name}/requests/{request_id}/refuse": Rule(
+        DATASET_MANAGERS, _answer_request("refuse")),
+    "GET /api/v1/datasets/requests": Rule(ANY_USER, _get("/datasets/requests")),
+    # Ownership: administrators register data and decide claims of it; a transfer is asked by the
+    # owner or the project's maintainers (its decision, by the receiving project's maintainers,
+    # shares the claims' routes and is tested in test_dataset_sharing.py).
+    "POST /api/v1/datasets:register": Rule(ADMIN, lambda w, h: h.post("/datasets:register", json={
+        "path": w.data, "name": f"mr-{next(_counter)}"})),
+    "POST /api/v1/datasets/{project}/{name}/claims": Rule(
+        PROJECT_WRITERS, lambda w, h: h.post(f"/datasets/default/{w.fresh_unowned()}/claims",
+                                             json={"project": w.project})),
+    "POST /api/v1/datasets/{project}/{name}/transfers": Rule(
+        DATASET_MANAGERS, _on_dataset("POST", "/transfers", json={"to_project": "default", "to_user": "admin"}),
+        hidden_from=frozenset({"outsider"})),
+    "GET /api/v1/datasets/claims": Rule(ANY_USER, _get("/datasets/claims")),
+    "POST /api/v1/datasets/claims/{claim_id}/approve": Rule(
+        ADMIN, lambda w, h: h.post(f"/datasets/claims/{w.fresh_claim()}/approve", json={})),
+    "POST /api/v1/datasets/claims/{claim_id}/refuse": Rule(
+        ADMIN, lambda w, h: h.post(f"/datasets/claims/{w.fresh_claim()}/refuse", json={})),
     "POST /api/v1/blobs:missing": Rule(ANY_USER, lambda w, h: h.post("/blobs:missing", json={"digests": ["0" * 64]})),
     "PUT /api/v1/blobs/{digest}": Rule(ANY_USER, lambda w, h: h.put(
         f"/blobs/{hashlib.sha256(b'matrix blob').hexdigest()}", content=b"matrix blob")),
@@ -260,7 +352,10 @@ def _remove_spare(world: World, http: httpx.Client) -> httpx.Response:
 @pytest.fixture(scope="module", params=DATABASES)
 def matrix_server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
     """A server of its own: the jobs the matrix queues must not hold up other tests."""
-    running = start_server(tmp_path_factory.mktemp(f"mlyard-matrix-{request.param}"), database=request.param)
+    base = tmp_path_factory.mktemp(f"mlyard-matrix-{request.param}")
+    (base / "roots" / "data").mkdir(parents=True)
+    (base / "roots" / "data" / "file.txt").write_text("registered\n")
+    running = start_server(base / "home", database=request.param, MLYARD_DATA_ROOTS=str(base / "roots"))
     yield running
     with running.client() as admin:
         for job in admin.jobs():
@@ -272,12 +367,13 @@ def matrix_server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempP
 def world(matrix_server: RunningServer) -> World:
     server = matrix_server
     port = server.port
-    project, other = f"mp-{port}", f"mo-{port}"
+    project, other, grantee = f"mp-{port}", f"mo-{port}", f"mg-{port}"
     users = {persona: f"{persona}-{port}" for persona in ("outsider", "viewer", "member", "maintainer")}
     spare = f"spare-{port}"
     with server.client() as admin:
         admin.create_project(project)
         admin.create_project(other)
+        admin.create_project(grantee)
         for persona, name in users.items():
             admin.create_user(name, password=PASSWORD)
             admin.set_member(other if persona == "outsider" else project, name,
@@ -287,7 +383,8 @@ def world(matrix_server: RunningServer) -> World:
     with httpx.Client(base_url=f"{server.url}/api/v1") as http:
         for persona, name in users.items():
             tokens[persona] = http.post("/login", json={"user": name, "password": PASSWORD}).json()["token"]
-    world = World(server=server, project=project, other=other, users=users, tokens=tokens, job=0, spare_user=spare)
+    world = World(server=server, project=project, other=other, users=users, tokens=tokens, job=0, spare_user=spare,
+                  grantee=grantee, data=str(server.home.parent / "roots" / "data"))
     world.job = world.fresh_job()
     return world
 

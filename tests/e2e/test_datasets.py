@@ -1,13 +1,18 @@
 """Datasets through the real CLI and server, on SQLite and PostgreSQL: push a folder of
 scikit-learn's digits as PNG files, push it again (nothing travels, no version made), change it
 and push a second version, compare them, pull each and check the bytes, move aliases; an
-interrupted push picks up where it stopped; manifests that lie are refused."""
+interrupted push picks up where it stopped; manifests that lie are refused; a tar.gz and a zip
+push the files their directory pushes, and hostile archives and bombs are refused."""
 
 from __future__ import annotations
 
+import gzip
 import hashlib
+import io
 import json
+import tarfile
 import uuid
+import zipfile
 from pathlib import Path
 
 import httpx
@@ -102,6 +107,78 @@ def test_an_interrupted_push_sends_only_what_is_left(server: RunningServer, tmp_
         assert sorted(file.path for file in resumed.missing) == sorted(file.path for file in plan.missing[5:])
         created = client.datasets.push("default", name, resumed)
         assert created.created and created.version.file_count == 8
+
+
+def test_push_from_archives_gives_the_files_of_the_directory(server: RunningServer, tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    unpack_into = tmp_path / "tmp"
+    unpack_into.mkdir()
+    monkeypatch.setitem(server.env, "TMPDIR", str(unpack_into))
+    source = tmp_path / "data"
+    for relative, content in {"a.txt": b"alpha\n", "sub/b.bin": bytes(range(256)) * 64,
+                              "sub/deeper/c.csv": b"x,y\n1,2\n", "sub/empty": b""}.items():
+        (source / relative).parent.mkdir(parents=True, exist_ok=True)
+        (source / relative).write_bytes(content)
+    with tarfile.open(tmp_path / "data.tar.gz", "w:gz") as archive:
+        archive.add(source, arcname=".")
+    with zipfile.ZipFile(tmp_path / "data.zip", "w", zipfile.ZIP_DEFLATED) as archive:
+        for path in sorted(source.rglob("*")):
+            archive.write(path, path.relative_to(source).as_posix())
+    from_directory, from_archives = unique("from-dir"), unique("from-archive")
+    server.cli("datasets", "push", from_directory, str(source), check=True)
+    made = server.cli_json("datasets", "push", from_archives, "--from-archive", str(tmp_path / "data.tar.gz"))
+    assert made["created"] and made["version"]["file_count"] == 4
+    again = server.cli("datasets", "push", from_archives, "--from-archive", str(tmp_path / "data.zip"), check=True)
+    assert "unchanged, still v1" in again.stdout, "the zip holds the files of the tar.gz"
+    with server.client() as client:
+        assert [file.model_dump() for file in client.datasets.files("default", from_archives, "v1")] == \
+            [file.model_dump() for file in client.datasets.files("default", from_directory, "v1")]
+    both = server.cli("datasets", "push", from_archives, str(source), "--from-archive", str(tmp_path / "data.zip"))
+    assert both.returncode == 2 and "not both" in both.stderr
+    assert list(unpack_into.iterdir()) == [], "the unpacked files are removed"
+
+
+class Zeros(io.RawIOBase):
+    def readinto(self, buffer: bytearray) -> int:  # type: ignore[override]
+        buffer[:] = bytes(len(buffer))
+        return len(buffer)
+
+
+def hostile_archive(path: Path, case: str) -> Path:
+    bomb = 200 * 1024 * 1024
+    if case == "zip bomb":
+        with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as archive, archive.open("zeros", "w") as sink:
+            for _ in range(bomb // (1 << 20)):
+                sink.write(bytes(1 << 20))
+        return path
+    with gzip.open(path, "wb", compresslevel=1) as raw, tarfile.open(fileobj=raw, mode="w") as archive:
+        member = tarfile.TarInfo({"dotdot": "../x", "symlink out": "out", "gzip bomb": "zeros"}[case])
+        if case == "symlink out":
+            member.type, member.linkname = tarfile.SYMTYPE, "../../etc"
+        member.size = bomb if case == "gzip bomb" else 0
+        archive.addfile(member, Zeros() if case == "gzip bomb" else None)
+    return path
+
+
+@pytest.mark.parametrize("case, says", [
+    ("dotdot", "member '../x' would resolve outside the target directory"),
+    ("symlink out", "symlink 'out' -> '../../etc' points outside the target directory"),
+    ("gzip bomb", "unpacks to more than 10.0 MB, the limit of --max-unpacked"),
+    ("zip bomb", "unpacks to more than 10.0 MB, the limit of --max-unpacked"),
+], ids=["dotdot", "symlink-out", "gzip-bomb", "zip-bomb"])
+def test_a_hostile_archive_makes_nothing(server: RunningServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                         case: str, says: str) -> None:
+    unpack_into = tmp_path / "tmp"
+    unpack_into.mkdir()
+    monkeypatch.setitem(server.env, "TMPDIR", str(unpack_into))
+    archive = hostile_archive(tmp_path / ("bomb.zip" if case == "zip bomb" else "hostile.tar.gz"), case)
+    name = unique("hostile")
+    refused = server.cli("datasets", "push", name, "--from-archive", str(archive), "--max-unpacked", "10Mi")
+    assert refused.returncode == 1 and f"archive {archive.name} " in refused.stderr and says in refused.stderr, \
+        refused.stderr
+    assert "Traceback" not in refused.stderr
+    assert name not in {item["name"] for item in server.cli_json("datasets", "ls")}, "no dataset, no version"
+    assert list(unpack_into.iterdir()) == [], "nothing unpacked is left"
 
 
 def put_manifest(http: httpx.Client, files: list[dict]) -> str:

@@ -29,6 +29,7 @@ from k8s_support import (
     validate,
 )
 
+from mlyard.backends.base import DatasetMount
 from mlyard.backends.kubernetes import names
 from mlyard.backends.kubernetes.objects import render_attempt
 from mlyard.backends.kubernetes.settings import KubernetesSettings
@@ -298,3 +299,18 @@ def test_long_replica_names_are_shortened_to_valid_distinct_hostnames():
     first, second = names.hostname(f"{role}-0"), names.hostname(f"{role}-1")
     assert first != second
     assert len(first) <= 63 and len(second) <= 63
+
+
+def test_a_dataset_version_is_a_read_only_sub_path_linked_into_the_working_directory():
+    renderer, launch = one_replica()
+    view = HOME / "dataset-views" / "42" / "digits"
+    launch = replace(launch, datasets=(DatasetMount(directory="data/digits", view=view),))
+    pod = render_attempt(launch, renderer.settings)[2]
+    validate(pod)
+    container = pod["spec"]["containers"][0]
+    assert f"--link=data/digits={view}" in container["command"][:container["command"].index("--")]
+    assert {"name": "shared", "mountPath": str(view), "subPath": "dataset-views/42/digits",
+            "readOnly": True} in container["volumeMounts"]
+    elsewhere = replace(launch, datasets=(DatasetMount(directory="data/digits", view=PurePosixPath("/srv/x")),))
+    with pytest.raises(MlyardError, match="dataset version /srv/x is not on the shared volume"):
+        render_attempt(elsewhere, renderer.settings)

@@ -47,6 +47,14 @@ REFUSED = {
     "GET /api/v1/datasets/{project}/{name}/diff", "GET /api/v1/datasets/{project}/{name}/aliases",
     "PUT /api/v1/datasets/{project}/{name}/aliases/{alias}", "POST /api/v1/blobs:missing",
     "PUT /api/v1/blobs/{digest}",
+    "GET /api/v1/datasets/{project}/{name}/grants", "PUT /api/v1/datasets/{project}/{name}/grants/{grantee_project}",
+    "DELETE /api/v1/datasets/{project}/{name}/grants/{grantee_project}",
+    "POST /api/v1/datasets/{project}/{name}/requests", "GET /api/v1/datasets/{project}/{name}/requests",
+    "POST /api/v1/datasets/{project}/{name}/requests/{request_id}/grant",
+    "POST /api/v1/datasets/{project}/{name}/requests/{request_id}/refuse", "GET /api/v1/datasets/requests",
+    "POST /api/v1/datasets:register", "POST /api/v1/datasets/{project}/{name}/claims",
+    "POST /api/v1/datasets/{project}/{name}/transfers", "GET /api/v1/datasets/claims",
+    "POST /api/v1/datasets/claims/{claim_id}/approve", "POST /api/v1/datasets/claims/{claim_id}/refuse",
 }
 PROJECT = "reach"
 
@@ -102,7 +110,8 @@ def _call(world: World, http: httpx.Client, method: str, path: str, job: int) ->
     names = {"projects": PROJECT, "queues": "default", "users": "admin", "nodes": world.node,
              "environments": "reach-env"}
     url = path.removeprefix("/api/v1").format(job_id=job, name=names.get(section, PROJECT), user="admin",
-                                              digest=world.digest, token_id=1, project=PROJECT, version="v1", alias="stable")
+                                              digest=world.digest, token_id=1, project=PROJECT, version="v1", alias="stable",
+                                              grantee_project="elsewhere", request_id=1, claim_id=1)
     bodies = {"metrics": {"step": 1, "metrics": {"loss": 0.5}}, "jobs": {"name": "x", "command": ["true"]},
               "projects": {"name": "taken-over"}, "users": {"name": "intruder", "password": "long enough pw"},
               "tokens": {"name": "escalated"}, "environments": {"name": "e", "base": "busybox"}}

@@ -13,12 +13,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from mlyard.spec import NAME_PATTERN
-
-DIGEST_PATTERN = r"^[0-9a-f]{64}$"
-VERSION_PATTERN = r"^v[1-9][0-9]{0,8}$"
-ALIAS_PATTERN = r"^[a-z][a-z0-9-]{0,62}$"
-"""An alias starts with a letter, so it is never read as a version (`v2`) or a number."""
+from mlyard.spec import ALIAS_PATTERN, DIGEST_PATTERN, NAME_PATTERN, VERSION_PATTERN  # noqa: F401 - named here too
 TAG_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,62}$"
 MAX_FILES = 200_000
 """Files in one version; a manifest of that many is about 25 MB."""
@@ -95,6 +90,9 @@ class VersionInfo(BaseModel):
     statistics: dict
     source_job: int | None
     aliases: list[str] = Field(default_factory=list)
+    read_by: list[int] = Field(
+        default_factory=list, description="the newest jobs (up to 100) that read this version and the caller may "
+        "see; only in a single version's answer")
 
 
 class VersionCreated(BaseModel):
@@ -161,3 +159,80 @@ class MissingBlobs(BaseModel):
 class BlobInfo(BaseModel):
     digest: str
     size: int
+
+
+# ---------------------------------------------------------------- sharing, claiming, registering
+RequestStatus = Literal["pending", "granted", "refused"]
+ClaimStatus = Literal["pending", "approved", "refused"]
+
+
+class GrantInfo(BaseModel):
+    """Project `project` reads the dataset's files."""
+
+    project: str
+    right: Literal["read"] = "read"
+    granted_by: str
+    granted_at: float
+
+
+class AccessRequestCreate(_Strict):
+    project: str | None = Field(default=None, pattern=NAME_PATTERN, description=(
+        "the project that would read it (one the caller is a member of); by default the caller's only one"))
+    message: str = Field(default="", max_length=10_000, description="why")
+
+
+class Answer(_Strict):
+    message: str = Field(default="", max_length=10_000, description="why (to a refusal)")
+
+
+class AccessRequestInfo(BaseModel):
+    id: int
+    dataset_project: str
+    dataset: str
+    project: str
+    """The project that would read it."""
+    requested_by: str
+    message: str
+    status: RequestStatus
+    created_at: float
+    answered_by: str | None
+    answered_at: float | None
+    answer: str
+
+
+class RegisterRequest(_Strict):
+    path: str = Field(min_length=1, max_length=4096, pattern=r"^/[^\x00]*$",
+                      description="an absolute directory on the server, under one of MLYARD_DATA_ROOTS")
+    name: str = Field(pattern=NAME_PATTERN)
+    project: str = Field(default="default", pattern=NAME_PATTERN)
+    description: str = Field(default="", max_length=100_000)
+    visibility: Visibility = Field(default="catalog", description="catalog by default, so users find it to claim")
+
+
+class ClaimCreate(_Strict):
+    project: str = Field(pattern=NAME_PATTERN, description="the caller's project it would move to")
+    message: str = Field(default="", max_length=10_000)
+
+
+class TransferCreate(_Strict):
+    to_project: str = Field(pattern=NAME_PATTERN)
+    to_user: str | None = Field(default=None, min_length=1, max_length=128,
+                                description="its new owner, a member of to_project; by default the caller")
+    message: str = Field(default="", max_length=10_000)
+
+
+class ClaimInfo(BaseModel):
+    id: int
+    kind: Literal["claim", "transfer"]
+    dataset_project: str
+    """Where the dataset is now (where it moved, once approved)."""
+    dataset: str
+    to_project: str
+    to_user: str
+    requested_by: str
+    message: str
+    status: ClaimStatus
+    created_at: float
+    answered_by: str | None
+    answered_at: float | None
+    answer: str

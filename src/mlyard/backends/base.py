@@ -65,6 +65,16 @@ class ReplicaLaunch:
 
 
 @dataclass(frozen=True)
+class DatasetMount:
+    """A dataset version the job reads: its tree of the store's files, which every replica sees
+    read-only at the same absolute path, and a link to it in the replica's working directory."""
+
+    directory: str
+    """The link's path, relative to the working directory."""
+    view: Path
+
+
+@dataclass(frozen=True)
 class AttemptLaunch:
     job_id: int
     attempt: int
@@ -74,6 +84,11 @@ class AttemptLaunch:
     private_directories: tuple[Path, ...] = ()
     """The job's own directories (checkpoints, TensorBoard logs): writable by its replicas,
     closed to other users' jobs."""
+    datasets: tuple[DatasetMount, ...] = ()
+
+    @property
+    def dataset_links(self) -> dict[str, str]:
+        return {mount.directory: str(mount.view) for mount in self.datasets}
 
 
 @dataclass(frozen=True)

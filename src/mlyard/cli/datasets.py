@@ -1,27 +1,35 @@
 """`mlyard datasets …`: datasets of a project, their versions, aliases, and pushing and pulling
-directories. A dataset is named `NAME` (in the project of `--project`, by default `default`) or
-`PROJECT/NAME`; a version `NAME:v2` or `NAME:ALIAS`."""
+directories (or pushing an archive's files). A dataset is named `NAME` (in the project of
+`--project`, by default `default`) or `PROJECT/NAME`; a version `NAME:v2` or `NAME:ALIAS`."""
 
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.markup import escape
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TransferSpeedColumn
 from rich.table import Table
 
-from mlyard.api.datasets import LATEST
+from mlyard.api.datasets import LATEST, MAX_FILES
 from mlyard.cli.console import console, errors
 from mlyard.cli.options import OutputFormat, OutputOption, UsageError
 from mlyard.cli.output import ago, print_json
 from mlyard.client import Client
 from mlyard.client.hash_cache import HashCache
-from mlyard.spec import format_bytes
+from mlyard.spec import format_bytes, parse_memory
 
-datasets_app = typer.Typer(help="Datasets: versioned files of a project that jobs read; push a directory, "
+if TYPE_CHECKING:
+    from mlyard.api.datasets import VersionCreated
+    from mlyard.client.datasets import PushPlan
+
+datasets_app = typer.Typer(help="Datasets: versioned files of a project that jobs read; push a directory or archive, "
                                 "pull a version, compare versions, move aliases.")
 DatasetArgument = Annotated[str, typer.Argument(help="NAME or PROJECT/NAME", metavar="DATASET")]
 VersionedArgument = Annotated[str, typer.Argument(help="[PROJECT/]NAME[:VERSION or ALIAS] (default: latest)",
@@ -114,6 +122,10 @@ def show(dataset: VersionedArgument, project: ProjectOption = None, output: Outp
                   f"{ago(found.created_at)}; parent {found.parent or '-'}; aliases {', '.join(found.aliases) or '-'}")
     if found.message:
         console.print(escape(found.message))
+    if found.source_job is not None:
+        console.print(f"  written by job {found.source_job}")
+    if found.read_by:
+        console.print(f"  read by jobs {', '.join(map(str, found.read_by))}")
     for folder, figures in sorted(found.statistics.get("folders", {}).items()):
         console.print(f"  {escape(folder)}/: {figures['files']:,} files, {format_bytes(figures['bytes'])}")
 
@@ -135,39 +147,93 @@ def versions(dataset: DatasetArgument, project: ProjectOption = None, output: Ou
     console.print(table)
 
 
+def _unpack_limit(max_unpacked: str) -> int:
+    try:
+        return parse_memory(max_unpacked)
+    except ValueError as error:
+        raise UsageError(f"--max-unpacked: {error}") from None
+
+
+@contextmanager
+def _unpacked(archive: Path, max_bytes: int) -> Iterator[Path]:
+    """A private temporary folder holding what `archive` unpacks to, under the checks code
+    snapshots get; removed on leaving, whatever happens (Ctrl-C included)."""
+    from mlyard.storage import UnpackLimits, extract_archive
+
+    folder = Path(tempfile.mkdtemp(prefix="mlyard-archive-"))
+    try:
+        # A bomb is then refused as it passes the free space, before it fills the disk.
+        free = shutil.disk_usage(folder).free
+        limit = f"the free space in {folder.parent}" if free < max_bytes else "the limit of --max-unpacked"
+        limits = UnpackLimits(max_bytes=min(max_bytes, free), max_members=MAX_FILES, label=f"archive {archive.name}",
+                              bytes_limit_name=limit)
+        with errors.status(f"unpacking {escape(archive.name)}"):
+            extract_archive(archive, folder, limits=limits)
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _upload(client: Client, project: str, name: str, folder: Path, *, parent: str | None, message: str,
+            cached: bool) -> tuple[PushPlan, VersionCreated]:
+    # An unpacked archive sits under a name never seen again: its hashes would only fill the cache.
+    cache = _hash_cache() if cached else None
+    try:
+        with _progress() as bar:
+            task = bar.add_task("hashing", total=None, files=0)
+            plan = client.datasets.plan_push(folder, cache, lambda files, size: bar.update(
+                task, advance=size, files=bar.tasks[task].fields["files"] + files))
+            bar.update(task, visible=False)
+            sending = bar.add_task("uploading", total=sum(file.size for file in plan.missing), files=0)
+            created = client.datasets.push(project, name, plan, parent=parent, message=message,
+                                           uploaded=lambda files, size: bar.update(
+                                               sending, advance=size, files=bar.tasks[sending].fields["files"] + files))
+    finally:
+        if cache is not None:
+            cache.close()
+    return plan, created
+
+
 @datasets_app.command("push")
-def push(dataset: DatasetArgument, directory: Annotated[Path, typer.Argument(help="the files of the new version")],
+def push(dataset: DatasetArgument,
+         directory: Annotated[Path | None, typer.Argument(help="the files of the new version", metavar="[DIR]",
+                                                          show_default=False)] = None,
          project: ProjectOption = None,
+         from_archive: Annotated[Path | None, typer.Option(
+             "--from-archive", metavar="FILE", help="the files of a tar, tar.gz or zip archive instead of a DIR, "
+             "unpacked into a temporary folder (in TMPDIR) under the checks code snapshots get")] = None,
+         max_unpacked: Annotated[str, typer.Option(
+             metavar="SIZE", help="with --from-archive: refuse an archive that unpacks to more (or to more than "
+             "TMPDIR has free)")] = "64Gi",
          parent: Annotated[str | None, typer.Option(help="the version it follows (default: latest)")] = None,
          message: Annotated[str, typer.Option("--message", "-m", help="what changed")] = "",
          output: OutputOption = OutputFormat.table) -> None:
-    """Upload a directory as a new version: only files the server lacks travel, and a directory
-    with the files of the parent makes no version. Creates the dataset if it does not exist."""
+    """Upload a directory, or an archive's files, as a new version: only files the server lacks
+    travel, and the files of the parent make no version. Creates the dataset if it does not exist."""
     project, name, _ = _named(dataset, project)
-    if not directory.is_dir():
+    if (directory is None) == (from_archive is None):
+        raise UsageError("give a DIR or --from-archive FILE, not both" if directory else
+                         "give a DIR to push, or --from-archive FILE")
+    if directory is not None and not directory.is_dir():
         raise UsageError(f"{directory} is not a directory")
+    if from_archive is not None and not from_archive.is_file():
+        raise UsageError(f"--from-archive {from_archive} is not a file")
+    max_bytes = _unpack_limit(max_unpacked)
     from mlyard.client import ClientError
     with Client() as client:
         try:
             client.datasets.get(project, name)
+            exists = True
         except ClientError as error:
             if error.status != 404:
                 raise
-            client.datasets.create(project, name)
-        cache = _hash_cache()
-        try:
-            with _progress() as bar:
-                task = bar.add_task("hashing", total=None, files=0)
-                plan = client.datasets.plan_push(directory, cache, lambda files, size: bar.update(
-                    task, advance=size, files=bar.tasks[task].fields["files"] + files))
-                bar.update(task, visible=False)
-                sending = bar.add_task("uploading", total=sum(file.size for file in plan.missing), files=0)
-                created = client.datasets.push(project, name, plan, parent=parent, message=message,
-                                               uploaded=lambda files, size: bar.update(
-                                                   sending, advance=size,
-                                                   files=bar.tasks[sending].fields["files"] + files))
-        finally:
-            cache.close()
+            exists = False
+        # Unpacked before the dataset is made: a refused archive leaves nothing on the server.
+        with _unpacked(from_archive, max_bytes) if from_archive is not None else nullcontext(directory) as folder:
+            if not exists:
+                client.datasets.create(project, name)
+            plan, created = _upload(client, project, name, folder, parent=parent, message=message,
+                                    cached=from_archive is None)
     if output is OutputFormat.json:
         print_json(created)
         return
@@ -239,3 +305,8 @@ def alias(dataset: DatasetArgument, name: Annotated[str | None, typer.Argument(h
     for item in found:
         moves = " ← ".join(move.after or "-" for move in reversed(item.moves))
         console.print(f"{item.alias} → {item.version}  (moves: {moves})")
+
+
+from mlyard.cli.dataset_sharing import add_commands  # noqa: E402 - its commands join this group
+
+add_commands(datasets_app)

@@ -140,6 +140,9 @@ def print_job_detail(job: JobDetail, *, usage: str | None = None) -> None:
         ("runtime", duration(job_runtime(job))),
         ("attempts", str(job.attempt_count)),
     ]
+    # The lineage: what the job read, as pinned when it was submitted.
+    rows += [("reads", f"dataset {item.project}/{item.name}:{item.version} at {item.directory}")
+             for item in job.spec.datasets]
     if job.spec.interactive:
         timeout = job.spec.idle_timeout
         if timeout is None:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from mlyard.client.dataset_sharing import DatasetSharing
 from mlyard.client.hash_cache import HashCache, sha256_of
 
 if TYPE_CHECKING:
@@ -52,7 +53,7 @@ def _path(project: str, name: str) -> str:
     return f"/datasets/{project}/{name}"
 
 
-class Datasets:
+class Datasets(DatasetSharing):
     def __init__(self, client: Client):
         self._client = client
 
@@ -125,8 +126,9 @@ class Datasets:
                                   retry=False, headers={"Content-Length": str(content.stat().st_size)})
 
     # ------------------------------------------------------------------ directories
-    def plan_push(self, directory: Path, cache: HashCache, hashed: Progress | None = None) -> PushPlan:
-        """The files of `directory` with their hashes, and those the server lacks."""
+    def plan_push(self, directory: Path, cache: HashCache | None, hashed: Progress | None = None) -> PushPlan:
+        """The files of `directory` with their hashes, and those the server lacks. Without a `cache`
+        (a directory seen once, such as an unpacked archive) every file is hashed."""
         files, skipped = [], []
         for root, folders, names in os.walk(directory):
             folders.sort()
@@ -137,7 +139,8 @@ class Datasets:
                 if not source.is_file() or source.is_symlink():
                     skipped.append(relative)
                     continue
-                files.append(LocalFile(relative, source, cache.digest(source, stat), stat.st_size))
+                digest = cache.digest(source, stat) if cache is not None else sha256_of(source)
+                files.append(LocalFile(relative, source, digest, stat.st_size))
                 if hashed is not None:
                     hashed(1, stat.st_size)
         needed = self.missing(sorted({file.sha256 for file in files}))

@@ -100,6 +100,9 @@ class LaunchConfig:
     """A replica's share of its one core, in thousandths, that a CPU quota holds it to: in a
     cgroup (`cgroup_name`) made under `cpu_cgroup_parent`. None: no quota."""
     cpu_cgroup_parent: Path | None = None
+    links: Mapping[str, str] = field(default_factory=dict)
+    """Symbolic links made in `code/` once it is ready: a path relative to it → the absolute
+    directory it leads to (the dataset versions the job reads, `runtime/dataset_links.py`)."""
 
     def as_data(self) -> dict[str, Any]:
         """The configuration as the JSON object `launch.json` holds."""
@@ -123,6 +126,7 @@ class LaunchConfig:
             "processes": self.processes,
             "cpu_quota_millicores": self.cpu_quota_millicores,
             "cpu_cgroup_parent": str(self.cpu_cgroup_parent) if self.cpu_cgroup_parent is not None else None,
+            "links": dict(self.links),
         }
 
     @classmethod
@@ -160,6 +164,13 @@ def _paths(value: Any) -> tuple[str, ...]:
 def _environment(value: Any) -> dict[str, str]:
     if not isinstance(value, dict) or not all(isinstance(item, str) for item in value.values()):
         raise TypeError(f"must map names to strings, not {value!r}")
+    return dict(value)
+
+
+def _links(value: Any) -> dict[str, str]:
+    if not isinstance(value, dict) or not all(isinstance(target, str) and target.startswith("/")
+                                              for target in value.values()):
+        raise TypeError(f"must map relative paths to absolute paths, not {value!r}")
     return dict(value)
 
 
@@ -225,6 +236,7 @@ _PARSERS = {
     "processes": _count,
     "cpu_quota_millicores": _optional(int),
     "cpu_cgroup_parent": _optional(str, Path),
+    "links": _links,
 }
 
 

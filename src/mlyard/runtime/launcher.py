@@ -324,6 +324,10 @@ class Launcher:
             extract_snapshot(config.snapshot, workdir)
         else:
             workdir.mkdir(exist_ok=True)
+        if config.links:
+            from mlyard.runtime.dataset_links import make_links
+
+            make_links(workdir, config.links)
         run_as = config.run_as
         if run_as is not None:
             _give_tree(workdir, run_as.uid, run_as.gid)

@@ -71,6 +71,14 @@ def _on_or_off(environment: Mapping[str, str], variable: str, default: bool) -> 
     return default if not value else value == "on"
 
 
+def _data_roots(value: str) -> tuple[str, ...]:
+    roots = [part.strip() for part in value.split(":") if part.strip()]
+    for root in roots:
+        if not os.path.isabs(root):
+            raise MlyardError(f"MLYARD_DATA_ROOTS: {root!r} is not an absolute directory")
+    return tuple(roots)
+
+
 def _count(variable: str, value: str, low: int = 1, high: int = 100_000) -> int:
     # isascii: str.isdigit() also takes digits such as '²', which int() refuses.
     if not (value.strip().isascii() and value.strip().isdigit()) or not low <= int(value) <= high:
@@ -105,6 +113,9 @@ class ServerSettings:
     """The largest body of any request but a snapshot or file upload (MLYARD_MAX_REQUEST_BYTES)."""
     max_blob_bytes: int = 64 << 30
     """The largest file of a dataset an upload may be (MLYARD_MAX_BLOB)."""
+    data_roots: tuple[str, ...] = ()
+    """MLYARD_DATA_ROOTS: the directories (absolute, colon-separated) under which an administrator
+    may register data as a dataset; none: registration is refused."""
     max_log_bytes: int = DEFAULT_MAX_LOG_BYTES
     """Where a replica's `output.log` stops growing (MLYARD_MAX_LOG_BYTES); the rest is discarded."""
     max_log_streams_per_user: int = 16
@@ -267,6 +278,7 @@ class ServerSettings:
                                       environment.get("MLYARD_MAX_SNAPSHOT_RATIO") or str(DEFAULT_MAX_RATIO)),
             max_request_bytes=_size("MLYARD_MAX_REQUEST_BYTES", environment.get("MLYARD_MAX_REQUEST_BYTES") or "1Mi"),
             max_blob_bytes=_size("MLYARD_MAX_BLOB", environment.get("MLYARD_MAX_BLOB") or "64Gi"),
+            data_roots=_data_roots(environment.get("MLYARD_DATA_ROOTS", "")),
             max_log_bytes=_size("MLYARD_MAX_LOG_BYTES", environment.get("MLYARD_MAX_LOG_BYTES") or "1Gi"),
             max_log_streams_per_user=_count("MLYARD_MAX_LOG_STREAMS_PER_USER",
                                             environment.get("MLYARD_MAX_LOG_STREAMS_PER_USER") or "16"),

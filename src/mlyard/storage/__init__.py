@@ -1,4 +1,5 @@
-"""Storage of code snapshots: packing and unpacking them, and a content-addressed blob store.
+"""Storage of code snapshots: packing and unpacking them, and a content-addressed blob store;
+also unpacking, under the same checks, the archives users hand in for datasets (`zips`).
 
 Imports nothing else from mlyard, so the client, the server and worker agents can all use it.
 Each name loads its module on first use: a replica's launcher, which only extracts, does not
@@ -21,6 +22,7 @@ if TYPE_CHECKING:
     )
     from mlyard.storage.packing import PackedSnapshot, list_snapshot_files, pack_directory
     from mlyard.storage.unpacking import DEFAULT_MAX_RATIO, MAX_ARCHIVE_MEMBERS, UnpackLimits
+    from mlyard.storage.zips import extract_archive
 
 _MODULES = {
     "BlobStore": "blobs",
@@ -36,6 +38,7 @@ _MODULES = {
     "DEFAULT_MAX_RATIO": "unpacking",
     "MAX_ARCHIVE_MEMBERS": "unpacking",
     "UnpackLimits": "unpacking",
+    "extract_archive": "zips",
 }
 
 __all__ = [
@@ -47,6 +50,7 @@ __all__ = [
     "SnapshotError",
     "SnapshotTooLarge",
     "UnpackLimits",
+    "extract_archive",
     "extract_snapshot",
     "format_megabytes",
     "list_snapshot_files",

@@ -19,7 +19,6 @@ from pathlib import Path
 from mlyard.storage.errors import SnapshotError, format_megabytes
 from mlyard.storage.unpacking import MAX_MEMBER_DEPTH, GuardedGzip, UnpackLimits
 
-# Room a member takes on disk beyond its bytes (its inode and last partial block).
 _MEMBER_OVERHEAD = 4096
 
 # Follows the kernel's limit, so a symlink chain that would work on disk also works here.
@@ -81,113 +80,121 @@ def check_symlinks(links: dict[str, str], describe: Callable[[str, str, str], st
 # --------------------------------------------------------------------------- validation
 
 
-def _normalise_member_name(name: str, what: str) -> str:
+def _normalise_member_name(name: str, what: str, label: str) -> str:
     if not name or "\x00" in name:
-        raise SnapshotError(f"snapshot archive {what} {name!r} has an invalid name")
+        raise SnapshotError(f"{label} {what} {name!r} has an invalid name")
     if name.startswith("/"):
-        raise SnapshotError(f"snapshot archive {what} {name!r} has an absolute path")
+        raise SnapshotError(f"{label} {what} {name!r} has an absolute path")
     normalised = posixpath.normpath(name)
     if ".." in normalised.split("/"):
-        raise SnapshotError(
-            f"snapshot archive {what} {name!r} would resolve outside the target directory"
-        )
+        raise SnapshotError(f"{label} {what} {name!r} would resolve outside the target directory")
     return normalised
 
 
-def _check_depth(name: str) -> list[str]:
+def _check_depth(name: str, label: str) -> list[str]:
     parts = name.split("/")
     if len(parts) > MAX_MEMBER_DEPTH:
         shown = name if len(name) <= 60 else name[:60] + "…"
-        raise SnapshotError(f"snapshot archive member {shown!r} is nested {len(parts)} directories deep; "
+        raise SnapshotError(f"{label} member {shown!r} is nested {len(parts)} directories deep; "
                             f"the limit is {MAX_MEMBER_DEPTH}")
     return parts
 
 
+class MemberChecker:
+    """The checks every member of an archive gets, whatever its format (tar here, zip in `zips`),
+    fed one member at a time (no recursion, whatever the nesting): the member count and declared
+    sizes against the limits, names, nesting, repeats, members written through a symlink or inside
+    a file, and, in `finish`, symlinks that lead out."""
+
+    def __init__(self, limits: UnpackLimits) -> None:
+        self.limits = limits
+        self.count = 0
+        self.declared = 0
+        # Normalised name -> "dir", "file" or "link"; implicit parents count as "dir".
+        self.kinds: dict[str, str] = {}
+        self.links: dict[str, str] = {}
+
+    def add(self, name: str, kind: str | None, size: int) -> str | None:
+        """Check one member (`kind`: "dir", "file", "link", or None for a device, FIFO or other
+        special file); return its normalised name, or None for the root directory itself."""
+        label = self.limits.label
+        self.count += 1
+        if self.count > self.limits.max_members:
+            raise SnapshotError(f"{label} has more than {self.limits.max_members} members")
+        self.declared += max(size, 0)
+        self.limits.check_declared(self.declared)
+        if kind is None:
+            raise SnapshotError(f"{label} member {name!r} is a device, FIFO or other special file")
+        normalised = _normalise_member_name(name, "member", label)
+        if normalised == ".":
+            if kind != "dir":
+                raise SnapshotError(f"{label} member {name!r} has an invalid name")
+            return None
+        parts = _check_depth(normalised, label)
+        for depth in range(1, len(parts)):
+            parent_kind = self.kinds.setdefault("/".join(parts[:depth]), "dir")
+            if parent_kind == "link":
+                raise SnapshotError(f"{label} member {name!r} is written through a symlink")
+            if parent_kind != "dir":
+                raise SnapshotError(f"{label} member {name!r} is inside a file")
+        previous = self.kinds.get(normalised)
+        if previous is not None and not (previous == "dir" and kind == "dir"):
+            # Extraction would replace or write through the earlier entry; nothing we pack repeats one.
+            raise SnapshotError(f"{label} member {name!r} appears more than once")
+        self.kinds[normalised] = kind
+        return normalised
+
+    def finish(self) -> None:
+        # Checked once all are known: a later symlink can redirect an earlier one.
+        check_symlinks(self.links,
+                       lambda name, target, reason: f"{self.limits.label} symlink {name!r} -> {target!r} {reason}")
+
+
 def _validate_members(archive: tarfile.TarFile, limits: UnpackLimits) -> list[tarfile.TarInfo]:
-    """Check every member of an open archive, one at a time (no recursion, whatever the
-    nesting); returns them in archive order."""
+    """Check every member of an open tar archive; returns them in archive order."""
     members: list[tarfile.TarInfo] = []
-    declared = 0
-    # Normalised name -> "dir", "file" or "link"; implicit parents count as "dir".
-    kinds: dict[str, str] = {}
-    links: dict[str, str] = {}
+    checker = MemberChecker(limits)
     while True:
         member = archive.next()
         if member is None:
             break
         members.append(member)
-        if len(members) > limits.max_members:
-            raise SnapshotError(
-                f"snapshot archive has more than {limits.max_members} members"
-            )
-        declared += max(member.size, 0)
-        limits.check_declared(declared)
-        label = f"member {member.name!r}"
-        if member.isdir():
-            kind = "dir"
-        elif member.isreg() or member.islnk():
-            kind = "file"
-        elif member.issym():
-            kind = "link"
-        else:
-            raise SnapshotError(
-                f"snapshot archive {label} is a device, FIFO or other special file"
-            )
-        name = _normalise_member_name(member.name, "member")
-        if name == ".":
-            if kind != "dir":
-                raise SnapshotError(f"snapshot archive {label} has an invalid name")
+        kind = ("dir" if member.isdir() else "file" if member.isreg() or member.islnk()
+                else "link" if member.issym() else None)
+        name = checker.add(member.name, kind, member.size)
+        if name is None:
             continue
-
-        parts = _check_depth(name)
-        for depth in range(1, len(parts)):
-            parent = "/".join(parts[:depth])
-            parent_kind = kinds.setdefault(parent, "dir")
-            if parent_kind == "link":
-                raise SnapshotError(f"snapshot archive {label} is written through a symlink")
-            if parent_kind != "dir":
-                raise SnapshotError(f"snapshot archive {label} is inside a file")
-        previous = kinds.get(name)
-        if previous is not None and not (previous == "dir" and kind == "dir"):
-            # tarfile replaces or writes through existing entries; nothing we pack repeats one.
-            raise SnapshotError(f"snapshot archive {label} appears more than once")
-        kinds[name] = kind
-
         if member.islnk():
-            target = _normalise_member_name(member.linkname, f"hardlink {member.name!r} ->")
-            if kinds.get(target) != "file" or target == name:
-                raise SnapshotError(
-                    f"snapshot archive hardlink {member.name!r} -> {member.linkname!r} "
-                    "does not point to an earlier file in the archive"
-                )
+            target = _normalise_member_name(member.linkname, f"hardlink {member.name!r} ->", limits.label)
+            if checker.kinds.get(target) != "file" or target == name:
+                raise SnapshotError(f"{limits.label} hardlink {member.name!r} -> {member.linkname!r} "
+                                    "does not point to an earlier file in the archive")
         elif member.issym():
-            links[name] = member.linkname
-    # Symlinks are checked once all are known: a later symlink can redirect an earlier one.
-    check_symlinks(
-        links,
-        lambda name, target, reason: f"snapshot archive symlink {name!r} -> {target!r} {reason}",
-    )
+            checker.links[name] = member.linkname
+    checker.finish()
     return members
 
 
 @contextmanager
-def _open_archive(path: Path, limits: UnpackLimits) -> Iterator[tarfile.TarFile]:
+def _open_archive(path: Path, limits: UnpackLimits, plain_tar: bool = False) -> Iterator[tarfile.TarFile]:
+    kind = "tar or gzip-compressed tar" if plain_tar else "gzip-compressed tar"
     try:
         with open(path, "rb") as probe:
             magic = probe.read(2)
         raw = open(path, "rb")
     except OSError as error:
-        raise SnapshotError(f"cannot read snapshot archive {path}: {error.strerror or error}") from error
+        raise SnapshotError(f"cannot read {limits.label} {path}: {error.strerror or error}") from error
     with raw:
-        if magic != b"\x1f\x8b":
-            raise SnapshotError(f"{path} is not a gzip-compressed tar archive")
-        guarded = GuardedGzip(raw, limits)
+        if magic != b"\x1f\x8b" and not plain_tar:
+            raise SnapshotError(f"{path} is not a {kind} archive")
+        # An uncompressed tar unpacks to its members' declared sizes, which `check_declared` limits.
+        source = GuardedGzip(raw, limits) if magic == b"\x1f\x8b" else raw
         try:
-            archive = tarfile.open(fileobj=guarded, mode="r:")  # type: ignore[arg-type]
+            archive = tarfile.open(fileobj=source, mode="r:")  # type: ignore[arg-type]
         except SnapshotError:
             raise
         except (tarfile.TarError, OSError, EOFError, zlib.error) as error:
-            raise SnapshotError(f"{path} is not a valid gzip-compressed tar archive: {error}") from error
+            raise SnapshotError(f"{path} is not a valid {kind} archive: {error}") from error
         with archive:
             yield archive
 
@@ -198,7 +205,7 @@ def _validate_open(archive: tarfile.TarFile, path: Path, limits: UnpackLimits) -
     except SnapshotError:
         raise
     except (tarfile.TarError, OSError, EOFError, zlib.error) as error:
-        raise SnapshotError(f"{path} is a corrupt snapshot archive: {error}") from error
+        raise SnapshotError(f"{path} is a corrupt {limits.label}: {error}") from error
 
 
 def validate_archive(path: Path, *, limits: UnpackLimits | None = None) -> int:
@@ -220,21 +227,41 @@ def validate_archive(path: Path, *, limits: UnpackLimits | None = None) -> int:
         return len(_validate_open(archive, path, limits))
 
 
-def _check_free_space(target: Path, members: list[tarfile.TarInfo]) -> None:
-    needed = sum(member.size + _MEMBER_OVERHEAD if member.isreg() else _MEMBER_OVERHEAD for member in members)
+def check_free_space(target: Path, needed: int, label: str) -> None:
+    """Refuse to unpack `needed` bytes (with `member_room` for each member) onto the file
+    system that holds `target` when it has less free."""
     existing = target
     while not existing.exists() and existing != existing.parent:
         existing = existing.parent
     status = os.statvfs(existing)
     free = status.f_bavail * status.f_frsize
     if needed > free:
-        raise SnapshotError(f"not enough free space to extract the code snapshot: it unpacks to "
+        raise SnapshotError(f"not enough free space to unpack the {label}: it unpacks to "
                             f"{format_megabytes(needed)} and {existing} has {format_megabytes(free)} free")
 
 
-def extract_snapshot(archive: Path, target: Path, *, limits: UnpackLimits | None = None) -> None:
+def member_room(size: int) -> int:
+    """What a member takes on disk: its bytes, its inode and its last partial block."""
+    return size + _MEMBER_OVERHEAD
+
+
+def prepare_target(target: Path) -> bool:
+    """Refuse a `target` that is not an empty directory or absent; True when it is absent (and
+    so is to be removed whole if extraction fails)."""
+    if target.exists() or target.is_symlink():
+        if target.is_symlink() or not target.is_dir():
+            raise SnapshotError(f"cannot extract an archive into {target}: not a directory")
+        if any(target.iterdir()):
+            raise SnapshotError(f"cannot extract an archive into {target}: it is not empty")
+        return False
+    return True
+
+
+def extract_snapshot(archive: Path, target: Path, *, limits: UnpackLimits | None = None,
+                     plain_tar: bool = False) -> None:
     """Validate `archive` with `validate_archive`, check that the file system holding `target`
-    has room for what it unpacks to, then extract it into `target`.
+    has room for what it unpacks to, then extract it into `target`; with `plain_tar`, an
+    uncompressed tar archive is accepted too (code snapshots are always gzip-compressed).
 
     `target` is created if absent and must otherwise be an empty directory. Nothing is
     written when validation or the space check fails. Extraction also uses tarfile's ``data`` filter as a
@@ -243,27 +270,21 @@ def extract_snapshot(archive: Path, target: Path, *, limits: UnpackLimits | None
     """
     archive = Path(archive)
     target = Path(target)
-    if target.exists() or target.is_symlink():
-        if target.is_symlink() or not target.is_dir():
-            raise SnapshotError(f"cannot extract a snapshot into {target}: not a directory")
-        if any(target.iterdir()):
-            raise SnapshotError(f"cannot extract a snapshot into {target}: it is not empty")
-        created = False
-    else:
-        created = True
+    created = prepare_target(target)
     # One open file for both passes, so the archive checked is the archive extracted.
     limits = limits or UnpackLimits()
-    with _open_archive(archive, limits) as opened:
+    with _open_archive(archive, limits, plain_tar) as opened:
         members = _validate_open(opened, archive, limits)
-        _check_free_space(target, members)
+        check_free_space(target, sum(member_room(member.size if member.isreg() else 0) for member in members),
+                         limits.label)
         target.mkdir(parents=True, exist_ok=True)
         try:
             opened.errorlevel = 2
             _extract(opened, target, members)
         except BaseException as error:
-            _remove_extracted(target, created)
+            remove_extracted(target, created)
             if isinstance(error, (tarfile.TarError, OSError, EOFError, zlib.error)):
-                raise SnapshotError(f"cannot extract snapshot archive {archive}: {error}") from error
+                raise SnapshotError(f"cannot extract {limits.label} {archive}: {error}") from error
             raise
 
 
@@ -304,7 +325,8 @@ def _umask() -> int:
     return 0o022
 
 
-def _remove_extracted(target: Path, created: bool) -> None:
+def remove_extracted(target: Path, created: bool) -> None:
+    """Undo a failed extraction: `target` itself when it was `created` for it, else what is in it."""
     if created:
         shutil.rmtree(target, ignore_errors=True)
         return

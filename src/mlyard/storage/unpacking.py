@@ -38,6 +38,10 @@ class UnpackLimits:
     max_ratio: float | None = None
     """Unpacked bytes per compressed byte, past `RATIO_FLOOR`."""
     max_members: int = MAX_ARCHIVE_MEMBERS
+    label: str = "snapshot archive"
+    """How messages name the archive: other archives than code snapshots are checked the same way."""
+    bytes_limit_name: str = "the server's limit (MLYARD_MAX_SNAPSHOT_UNPACKED_BYTES)"
+    """How messages name `max_bytes`, so a user knows which setting to change."""
 
     @classmethod
     def for_upload(cls, max_upload_bytes: int, *, max_bytes: int | None = None,
@@ -51,15 +55,14 @@ class UnpackLimits:
             raise SnapshotError(self._too_many_bytes())
 
     def _too_many_bytes(self) -> str:
-        return (f"snapshot archive unpacks to more than {format_megabytes(self.max_bytes or 0)}, the server's "
-                "limit (MLYARD_MAX_SNAPSHOT_UNPACKED_BYTES)")
+        return f"{self.label} unpacks to more than {format_megabytes(self.max_bytes or 0)}, {self.bytes_limit_name}"
 
     def check_stream(self, unpacked: int, compressed: int) -> None:
         if self.max_bytes is not None and unpacked > self.max_bytes:
             raise SnapshotError(self._too_many_bytes())
         if self.max_ratio is not None and unpacked > RATIO_FLOOR and unpacked > self.max_ratio * max(compressed, 1):
             raise SnapshotError(
-                f"snapshot archive unpacks to more than {self.max_ratio:g} times its compressed size, the server's "
+                f"{self.label} unpacks to more than {self.max_ratio:g} times its compressed size, the server's "
                 "limit (MLYARD_MAX_SNAPSHOT_RATIO); leave out highly repetitive files such as runs of zeros")
 
 

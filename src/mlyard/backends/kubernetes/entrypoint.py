@@ -1,5 +1,5 @@
 """What a job pod runs: `python -m mlyard.backends.kubernetes.entrypoint DIRECTORY
-[--snapshot ARCHIVE] -- COMMAND...`.
+[--snapshot ARCHIVE] [--link PATH=DIRECTORY]... -- COMMAND...`.
 
 It writes the launcher's configuration into the replica's directory on the shared volume and
 runs mlyard's launcher there (snapshot extraction, output.log, exit.json, signal forwarding),
@@ -38,6 +38,8 @@ def parse_arguments(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--snapshot", type=Path)
     parser.add_argument("--max-log-bytes", type=int)
     parser.add_argument("--peer-wait", type=float, default=PEER_WAIT_SECONDS)
+    parser.add_argument("--link", action="append", default=[], metavar="PATH=DIRECTORY",
+                        help="a dataset version the job reads, linked at PATH in its working directory")
     if "--" not in argv or argv.index("--") == len(argv) - 1:
         parser.error("no command after --")
     split = argv.index("--")
@@ -106,14 +108,16 @@ def fresh_directory(directory: Path) -> None:
     directory.mkdir(parents=True, exist_ok=True)
 
 
-def prepare(directory: Path, command: list[str], snapshot: Path | None, max_log_bytes: int | None) -> None:
+def prepare(directory: Path, command: list[str], snapshot: Path | None, max_log_bytes: int | None,
+            links: list[str] = ()) -> None:
     fresh_directory(directory)
     # No variables of its own (the pod's environment is the replica's), no CPU pinning (the
     # kubelet's CPU manager places the container) and no memory cgroup (the pod's limit is it).
     # The role's processes per replica are the pod's LOCAL_WORLD_SIZE.
     processes = copies_to_start(command, _positive(os.environ.get("LOCAL_WORLD_SIZE")))
     write_launch_config(directory, LaunchConfig(command=tuple(command), snapshot=snapshot, max_log_bytes=max_log_bytes,
-                                                processes=processes))
+                                                processes=processes,
+                                                links=dict(link.split("=", 1) for link in links)))
 
 
 def _positive(value: str | None) -> int:
@@ -128,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     directory: Path = arguments.directory
     # PID 1 ignores SIGTERM unless it handles it: a pod stopped before the launcher runs ends at once.
     signal.signal(signal.SIGTERM, lambda number, _frame: sys.exit(128 + number))
-    prepare(directory, arguments.command, arguments.snapshot, arguments.max_log_bytes)
+    prepare(directory, arguments.command, arguments.snapshot, arguments.max_log_bytes, arguments.link)
     missing = wait_for_peers(peers(dict(os.environ)), arguments.peer_wait)
     if missing:
         print(f"mlyard: peers not found in DNS after {arguments.peer_wait:g}s: {', '.join(missing)}; "

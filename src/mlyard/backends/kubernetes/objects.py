@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from mlyard.backends.base import AttemptLaunch, ReplicaLaunch
+from mlyard.backends.base import AttemptLaunch, DatasetMount, ReplicaLaunch
 from mlyard.backends.kubernetes import names
 from mlyard.backends.kubernetes.settings import KubernetesSettings
 from mlyard.errors import MlyardError
@@ -83,7 +83,7 @@ def render_secret(launch: AttemptLaunch, settings: KubernetesSettings,
 
 def render_pod(launch: AttemptLaunch, replica: ReplicaLaunch, settings: KubernetesSettings,
                owner: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    _check_on_shared_volume(replica, launch.private_directories, settings)
+    _check_on_shared_volume(replica, launch.private_directories, settings, launch.datasets)
     role, index = names.role_and_index(replica.name)
     labels = {
         **names.attempt_labels(launch.job_id, launch.attempt),
@@ -145,6 +145,7 @@ def _container(launch: AttemptLaunch, replica: ReplicaLaunch, settings: Kubernet
         command += ["--snapshot", str(replica.snapshot)]
     if settings.max_log_bytes is not None:
         command += ["--max-log-bytes", str(settings.max_log_bytes)]
+    command += [f"--link={path}={view}" for path, view in launch.dataset_links.items()]
     command += ["--", *replica.command]
     # A replica below one core asks for its share of one (250m): the kubelet's CFS quota holds it there.
     cpu = f"{replica.cpu_millicores}m" if replica.cpu_millicores else str(len(replica.cpu_ids))
@@ -179,6 +180,7 @@ def shared_mounts(launch: AttemptLaunch, replica: ReplicaLaunch, settings: Kuber
     parts += [(PurePosixPath(directory), False) for directory in launch.private_directories]
     if replica.snapshot is not None:
         parts.append((PurePosixPath(replica.snapshot), True))
+    parts += [(PurePosixPath(mount.view), True) for mount in launch.datasets]
     virtualenv = _virtualenv(replica)
     if virtualenv is not None:
         parts.append((virtualenv, True))
@@ -238,11 +240,12 @@ def _owner_reference(service: str, uid: str) -> dict[str, Any]:
 
 
 def _check_on_shared_volume(replica: ReplicaLaunch, private_directories: tuple[Path, ...],
-                            settings: KubernetesSettings) -> None:
+                            settings: KubernetesSettings, datasets: tuple[DatasetMount, ...] = ()) -> None:
     """Pods find their directories and snapshot only if they lie on the shared volume."""
     mount = PurePosixPath(settings.shared_mount_path)
     for what, path in (("replica directory", replica.directory), ("code snapshot", replica.snapshot),
-                       *(("job directory", directory) for directory in private_directories)):
+                       *(("job directory", directory) for directory in private_directories),
+                       *(("dataset version", mount.view) for mount in datasets)):
         if path is not None and not PurePosixPath(path).is_relative_to(mount):
             raise MlyardError(
                 f"the {what} {path} is not on the shared volume mounted at {mount}: set MLYARD_HOME to a "

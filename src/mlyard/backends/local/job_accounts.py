@@ -115,6 +115,16 @@ class JobAccounts:
             os.chmod(directory, 0o700)
 
 
+    @staticmethod
+    def lend(account: OsAccount, directories: Iterable[Path]) -> None:
+        """Lets the account read each directory (group, mode 0750) without owning it: what it
+        holds stays the server's, so the account cannot change it."""
+        for directory in directories:
+            make_passable([directory.parent])
+            os.chown(directory, -1, account.gid)
+            os.chmod(directory, 0o750)
+
+
 def make_passable(directories: Iterable[Path]) -> None:
     """Mode 0711: other accounts may pass through, not list or read."""
     for directory in directories:

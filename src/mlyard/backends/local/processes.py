@@ -203,7 +203,8 @@ class LocalBackend(Backend):
             hide_home=self.hide_home,
             keep=(str(replica.directory / CODE_DIRECTORY), *map(str, launch.private_directories))
             if self.hide_home is not None else (),
-            keep_read_only=self._virtualenv_of(replica),
+            keep_read_only=(*self._virtualenv_of(replica), *(str(mount.view) for mount in launch.datasets)),
+            links=launch.dataset_links,
             processes=copies_to_start(replica.command, replica.processes),
             cpu_quota_millicores=replica.cpu_millicores or None,
             cpu_cgroup_parent=self.cpu_parent if replica.cpu_millicores else None,
@@ -253,6 +254,7 @@ class LocalBackend(Backend):
         account = self.job_accounts.account_for(launch.owner) if self.job_accounts is not None else None
         if account is not None:
             JobAccounts.give(account, launch.private_directories)
+            JobAccounts.lend(account, {mount.view.parent for mount in launch.datasets})
         plans = self._plans(launch, account)
         container_plans = [plan for plan in plans if isinstance(plan, ContainerPlan)]
         if container_plans and account is None:

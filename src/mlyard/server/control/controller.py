@@ -35,7 +35,7 @@ from mlyard.backends.base import AttemptLaunch, Backend, ReplicaObservation, Rep
 from mlyard.runtime.rendezvous import JobContext, ReplicaSlot, replica_environments
 from mlyard.scheduler import ClusterSnapshot, Decisions, StartJob, decide
 from mlyard.server import auth
-from mlyard.server.control import launches
+from mlyard.server.control import dataset_views, launches
 from mlyard.server.control.attempts import holding_attempts, lock_jobs, replica_reference, schedulable, start_text
 from mlyard.server.control.judge import Action, judge, succeeded_before_failure
 from mlyard.server.control.rounds import Rounds
@@ -61,7 +61,7 @@ from mlyard.server.lifecycle import (
     switch_status,
 )
 from mlyard.server.settings import ServerSettings
-from mlyard.spec import JobSpec, JobStatus
+from mlyard.spec import DatasetInput, JobSpec, JobStatus
 from mlyard.storage import BlobStore
 
 log = logging.getLogger("mlyard.controller")
@@ -355,10 +355,11 @@ class Controller:
         recorded = self._record_attempt(decision, addresses, master_port, replica_ports)
         if recorded is None:
             return
-        launch, attempt_id = recorded
+        launch, attempt_id, inputs = recorded
         try:
             for directory in launch.private_directories:
                 directory.mkdir(parents=True, exist_ok=True)
+            dataset_views.prepare(self.database, self.blobs, self.settings.paths, decision.job_id, inputs)
             references = self.backend.launch(launch)
         except Exception as error:
             log.exception("job %s: launch failed", decision.job_id)
@@ -382,9 +383,10 @@ class Controller:
                  len(decision.placements))
 
     def _record_attempt(self, decision: StartJob, addresses: dict[str, str], master_port: int,
-                        replica_ports: list[int]) -> tuple[AttemptLaunch, int] | None:
+                        replica_ports: list[int]) -> tuple[AttemptLaunch, int, list[DatasetInput]] | None:
         """In one transaction: the attempt and replica rows, the attempt's token and SCHEDULED;
-        returns the launch to carry out and the attempt's id (None: nothing to start)."""
+        returns the launch to carry out, the attempt's id and the dataset versions whose trees
+        it needs (None: nothing to start)."""
         now = time.time()
         with self.database.transaction() as session:
             job = session.get(JobRow, decision.job_id, with_for_update=True)
@@ -421,11 +423,14 @@ class Controller:
                                  token=token, earlier_attempts=attempt.number - 1,
                                  checkpoint_directory=str(directories[0]), master_port=master_port,
                                  tensorboard_directory=str(directories[1]))
-            environments = [{**environment, **secrets} for environment in replica_environments(spec, slots, context)]
+            datasets = dataset_views.variables(self.settings.paths, job.id, spec.datasets)
+            environments = [{**environment, **datasets, **secrets}
+                            for environment in replica_environments(spec, slots, context)]
             image = launches.apply_environment(spec, built, environments)
-            launch = launches.attempt_launch(job, attempt, spec, rows, environments, image, self.settings.paths,
-                                             self.blobs, directories, secret_names=frozenset(secrets))
-            return launch, attempt.id
+            launch = launches.attempt_launch(
+                job, attempt, spec, rows, environments, image, self.settings.paths, self.blobs, directories,
+                secret_names=frozenset(secrets), datasets=dataset_views.mounts(self.settings.paths, job.id, spec.datasets))
+            return launch, attempt.id, spec.datasets
 
     def _replica_rows(self, session: Session, decision: StartJob, job: JobRow, spec: JobSpec,
                       attempt: AttemptRow, addresses: dict[str, str],

@@ -7,7 +7,7 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-from mlyard.backends.base import AttemptLaunch, Backend, ReplicaLaunch
+from mlyard.backends.base import AttemptLaunch, Backend, DatasetMount, ReplicaLaunch
 from mlyard.errors import MlyardError
 from mlyard.paths import Paths
 from mlyard.scheduler import StartJob
@@ -55,13 +55,15 @@ def open_secrets(spec: JobSpec, key_file: Path) -> tuple[dict[str, str], str | N
 
 def attempt_launch(job: JobRow, attempt: AttemptRow, spec: JobSpec, rows: Sequence[ReplicaRow],
                    environments: Sequence[dict[str, str]], image: str | None, paths: Paths, blobs: BlobStore,
-                   private_directories: tuple[Path, ...], secret_names: frozenset[str] = frozenset()) -> AttemptLaunch:
+                   private_directories: tuple[Path, ...], secret_names: frozenset[str] = frozenset(),
+                   datasets: tuple[DatasetMount, ...] = ()) -> AttemptLaunch:
     roles = {role.name: role for role in spec.roles}
     return AttemptLaunch(
         job_id=job.id,
         attempt=attempt.number,
         owner=job.owner.name if job.owner is not None else None,
         private_directories=private_directories,
+        datasets=datasets,
         replicas=tuple(
             ReplicaLaunch(
                 replica_id=row.id, name=row.name, rank=row.rank, node=row.node, cpu_ids=tuple(row.cpu_ids),

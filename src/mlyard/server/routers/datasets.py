@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Path, Query, Request, status
+from fastapi import APIRouter, Path, Query, Request, Response, status
 from fastapi.responses import FileResponse, JSONResponse
 
 from mlyard.api.datasets import (
@@ -10,10 +10,18 @@ from mlyard.api.datasets import (
     DEFAULT_FILES_PAGE,
     MAX_FILES_PAGE,
     TAG_PATTERN,
+    AccessRequestCreate,
+    AccessRequestInfo,
     AliasInfo,
     AliasRequest,
+    Answer,
+    ClaimCreate,
+    ClaimInfo,
     DatasetInfo,
     DatasetRequest,
+    GrantInfo,
+    RegisterRequest,
+    TransferCreate,
     VersionCreated,
     VersionDiff,
     VersionFiles,
@@ -22,7 +30,7 @@ from mlyard.api.datasets import (
 )
 from mlyard.api.errors import ErrorBody
 from mlyard.server.routers.dependencies import DatabaseDependency, PrincipalDependency
-from mlyard.server.services.datasets import aliases, catalog, versions
+from mlyard.server.services.datasets import aliases, catalog, claims, registration, sharing, versions
 from mlyard.spec import NAME_PATTERN
 
 router = APIRouter(prefix="/datasets", tags=["datasets"])
@@ -131,3 +139,132 @@ def set_alias(project: Project, name: Name, alias: Alias, request: AliasRequest,
               caller: PrincipalDependency) -> AliasInfo:
     """Points the alias at a version (members of the project); the move is recorded."""
     return aliases.set_alias(database, caller, project, name, alias, request.version)
+
+
+# ---------------------------------------------------------------- sharing, claiming, registering
+Grantee = Annotated[str, Path(pattern=NAME_PATTERN, description="the project granted read")]
+RequestId = Annotated[int, Path(ge=1, le=2**63 - 1)]
+ClaimId = Annotated[int, Path(ge=1, le=2**63 - 1)]
+
+
+def _status(value: str) -> str | None:
+    return None if value == "all" else value
+
+
+@router.post(":register", response_model=DatasetInfo, status_code=status.HTTP_201_CREATED,
+             responses={**ERRORS, 409: {"model": ErrorBody}})
+def register_dataset(request: RegisterRequest, http: Request, database: DatabaseDependency,
+                     caller: PrincipalDependency) -> DatasetInfo:
+    """Administrators: a directory under MLYARD_DATA_ROOTS becomes v1 of a dataset nobody owns
+    (hashed into the store on a worker thread); users then claim it."""
+    settings = http.app.state.settings
+    return registration.register(database, http.app.state.blobs, caller, settings.data_roots, request,
+                                 max_bytes=settings.max_blob_bytes)
+
+
+@router.get("/requests", response_model=list[AccessRequestInfo], responses=ERRORS)
+def list_all_requests(database: DatabaseDependency, caller: PrincipalDependency,
+                      mine: Annotated[bool, Query(description="the caller's own requests and their answers")] = False,
+                      state: Annotated[str | None, Query(alias="status", pattern=r"^(pending|granted|refused|all)$")]
+                      = None) -> list[AccessRequestInfo]:
+    """Access requests the caller may answer (pending by default), or with `mine` those they made (all)."""
+    chosen = state or ("all" if mine else "pending")
+    return sharing.list_all_requests(database, caller, mine=mine, status=_status(chosen))
+
+
+@router.get("/claims", response_model=list[ClaimInfo], responses=ERRORS)
+def list_claims(database: DatabaseDependency, caller: PrincipalDependency,
+                mine: Annotated[bool, Query(description="what the caller asked, with the answers")] = False,
+                state: Annotated[str | None, Query(alias="status", pattern=r"^(pending|approved|refused|all)$")]
+                = None) -> list[ClaimInfo]:
+    """Claims and transfers the caller may decide (pending by default), or with `mine` those they asked."""
+    chosen = state or ("all" if mine else "pending")
+    return claims.list_claims(database, caller, mine=mine, status=_status(chosen))
+
+
+@router.post("/claims/{claim_id}/approve", response_model=ClaimInfo, responses={**ERRORS, 409: {"model": ErrorBody}})
+def approve_claim(claim_id: ClaimId, database: DatabaseDependency, caller: PrincipalDependency,
+                  request: Answer | None = None) -> ClaimInfo:
+    """The dataset moves to the claimed project and owner (claims: administrators; transfers:
+    the receiving project's maintainers)."""
+    return claims.decide(database, caller, claim_id, approve=True, message=request.message if request else "")
+
+
+@router.post("/claims/{claim_id}/refuse", response_model=ClaimInfo, responses={**ERRORS, 409: {"model": ErrorBody}})
+def refuse_claim(claim_id: ClaimId, database: DatabaseDependency, caller: PrincipalDependency,
+                 request: Answer | None = None) -> ClaimInfo:
+    return claims.decide(database, caller, claim_id, approve=False, message=request.message if request else "")
+
+
+@router.get(DATASET + "/grants", response_model=list[GrantInfo], responses=ERRORS)
+def list_grants(project: Project, name: Name, database: DatabaseDependency,
+                caller: PrincipalDependency) -> list[GrantInfo]:
+    """The other projects whose readers read it (its readers)."""
+    return sharing.list_grants(database, caller, project, name)
+
+
+@router.put(DATASET + "/grants/{grantee_project}", response_model=GrantInfo, responses=ERRORS)
+def share(project: Project, name: Name, grantee_project: Grantee, database: DatabaseDependency,
+          caller: PrincipalDependency) -> GrantInfo:
+    """Lets the viewers and up of another project read its files (its owner and its project's maintainers)."""
+    return sharing.share(database, caller, project, name, grantee_project)
+
+
+@router.delete(DATASET + "/grants/{grantee_project}", status_code=status.HTTP_204_NO_CONTENT, responses=ERRORS)
+def unshare(project: Project, name: Name, grantee_project: Grantee, database: DatabaseDependency,
+            caller: PrincipalDependency) -> Response:
+    sharing.unshare(database, caller, project, name, grantee_project)
+    return Response(status_code=status.HTTP_204_NO_CONTENT)
+
+
+@router.post(DATASET + "/requests", response_model=AccessRequestInfo, status_code=status.HTTP_201_CREATED,
+             responses={**ERRORS, 200: {"model": AccessRequestInfo}, 409: {"model": ErrorBody}})
+def request_access(project: Project, name: Name, request: AccessRequestCreate, database: DatabaseDependency,
+                   caller: PrincipalDependency) -> AccessRequestInfo:
+    """Asks for a project of the caller's to read it; a pending request of that project answers 200 as it is."""
+    made, new = sharing.request_access(database, caller, project, name, request)
+    if not new:
+        return JSONResponse(made.model_dump(mode="json"), status_code=status.HTTP_200_OK)
+    return made
+
+
+@router.get(DATASET + "/requests", response_model=list[AccessRequestInfo], responses=ERRORS)
+def list_requests(project: Project, name: Name, database: DatabaseDependency, caller: PrincipalDependency,
+                  state: Annotated[str, Query(alias="status", pattern=r"^(pending|granted|refused|all)$")]
+                  = "pending") -> list[AccessRequestInfo]:
+    """Its access requests, newest first (its owner and its project's maintainers)."""
+    return sharing.list_requests(database, caller, project, name, status=_status(state))
+
+
+@router.post(DATASET + "/requests/{request_id}/grant", response_model=AccessRequestInfo,
+             responses={**ERRORS, 409: {"model": ErrorBody}})
+def grant_request(project: Project, name: Name, request_id: RequestId, database: DatabaseDependency,
+                  caller: PrincipalDependency, request: Answer | None = None) -> AccessRequestInfo:
+    """Grants the request: its project reads the dataset from now on."""
+    return sharing.answer_request(database, caller, project, name, request_id, grant=True,
+                                  message=request.message if request else "")
+
+
+@router.post(DATASET + "/requests/{request_id}/refuse", response_model=AccessRequestInfo,
+             responses={**ERRORS, 409: {"model": ErrorBody}})
+def refuse_request(project: Project, name: Name, request_id: RequestId, database: DatabaseDependency,
+                   caller: PrincipalDependency, request: Answer | None = None) -> AccessRequestInfo:
+    return sharing.answer_request(database, caller, project, name, request_id, grant=False,
+                                  message=request.message if request else "")
+
+
+@router.post(DATASET + "/claims", response_model=ClaimInfo, status_code=status.HTTP_201_CREATED,
+             responses={**ERRORS, 409: {"model": ErrorBody}})
+def claim(project: Project, name: Name, request: ClaimCreate, database: DatabaseDependency,
+          caller: PrincipalDependency) -> ClaimInfo:
+    """Asks for a dataset nobody owns, for a project of the caller's; an administrator decides."""
+    return claims.claim(database, caller, project, name, request)
+
+
+@router.post(DATASET + "/transfers", response_model=ClaimInfo, status_code=status.HTTP_201_CREATED,
+             responses={**ERRORS, 409: {"model": ErrorBody}})
+def transfer(project: Project, name: Name, request: TransferCreate, database: DatabaseDependency,
+             caller: PrincipalDependency) -> ClaimInfo:
+    """Asks to move the dataset to another project or owner (its owner and its project's
+    maintainers); a maintainer of the receiving project decides."""
+    return claims.transfer(database, caller, project, name, request)

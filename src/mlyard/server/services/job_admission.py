@@ -1,6 +1,6 @@
 """The checks a job passes inside the transaction that stores it (`job_submission.py`): its
-queue, its project and the caller's role there, its snapshot and environment, and whether any
-node could ever hold it.
+queue, its project and the caller's role there, its snapshot, environment and dataset versions
+(pinned: `datasets/job_inputs.py`), and whether any node could ever hold it.
 
 What the checks read is read once per transaction, not once per job: a batch of 1,000 jobs of
 one queue reads its queue, project, snapshot and the nodes once. The reads of every submission
@@ -22,6 +22,7 @@ from mlyard.scheduler import unschedulable_reason
 from mlyard.server import auth
 from mlyard.server.scheduler_terms import DEFAULT_QUEUE, scheduler_node, smallest_gang
 from mlyard.server.services import environments, project_storage, projects, snapshots
+from mlyard.server.services.datasets import job_inputs
 from mlyard.server.store.rows import NodeRow, ProjectRow, QueueRow
 from mlyard.spec import JobSpec
 
@@ -64,6 +65,8 @@ class Admission:
         self._passed: set[tuple[str, ...]] = set()
         self._nodes: tuple | None = None
         self._reasons: dict[tuple, str | None] = {}
+        self.versions: dict = {}
+        """(project, dataset, version or alias) → the version it names (`job_inputs.pin`, `.reads`)."""
 
     def admit(self, spec: JobSpec, index: int | None) -> JobSpec:
         """The spec as it is stored (with the queue's project where it names none). `index`:
@@ -88,6 +91,9 @@ class Admission:
         if spec.environment is not None and ("environment", spec.project, spec.environment) not in self._passed:
             environments.check_for_job(self.session, spec.environment, spec.project)
             self._passed.add(("environment", spec.project, spec.environment))
+        if spec.datasets:
+            spec = spec.model_copy(update={"datasets": job_inputs.pin(self.session, self.principal, spec,
+                                                                      self.versions)})
         # The default project's queues are shared; any other queue takes its own project's jobs.
         if queue_project is not None and queue_project not in (projects.DEFAULT_PROJECT, spec.project):
             raise InvalidRequest(f"queue {spec.queue!r} belongs to project {queue_project!r}; a job of project "

@@ -30,9 +30,11 @@ from mlyard.server import auth
 from mlyard.server.job_secrets import SecretBox
 from mlyard.server.services import job_specs
 from mlyard.server.services.group_commit import GroupCommit
+from mlyard.server.services.datasets import job_inputs
 from mlyard.server.services.job_admission import Admission, naming
 from mlyard.server.services.job_views import job_info
 from mlyard.server.store import revisions
+from mlyard.server.store.dataset_rows import DatasetReadRow
 from mlyard.server.store.db import Database, Rider, riders
 from mlyard.server.store.rows import (
     AttemptRow,
@@ -277,6 +279,11 @@ def _store_requests(database: Database, requests: Sequence[_Request]) -> list[li
                    for spec in request_specs] for request, request_specs in zip(requests, specs)]
         rows = [row for request_values in values for row in request_values]
         _insert_jobs(session, rows)
+        reads = [read for request, request_values, request_specs in zip(requests, values, specs)
+                 for row, spec in zip(request_values, request_specs)
+                 for read in job_inputs.reads(row["id"], spec, admissions[request.caller].versions)]
+        if reads:
+            session.execute(insert(DatasetReadRow.__table__), reads)
         keys = [{"caller": request.caller, "key": item.key, "request_sha256": item.digest, "job_id": row["id"],
                  "created_at": now}
                 for request, request_values in zip(requests, values)

@@ -1,6 +1,7 @@
 """ORM rows of the data center: datasets, their immutable versions and files, aliases and
-their moves, and who uploaded which file blob (a digest is a key only for its uploaders and the
-readers of a version that holds it)."""
+their moves, who uploaded which file blob (a digest is a key only for its uploaders and the
+readers of a version that holds it), and sharing: other projects' grants, access requests, and
+claims and transfers of ownership."""
 
 from __future__ import annotations
 
@@ -107,3 +108,72 @@ class BlobUploaderRow(Base):
     user_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"), primary_key=True)
     size: Mapped[int] = mapped_column(BigInteger)
     uploaded_at: Mapped[float] = mapped_column(Float)
+
+
+class DatasetGrantRow(Base):
+    """Another project's readers may read the dataset's files (`read`, the only right yet)."""
+
+    __tablename__ = "dataset_grants"
+    __table_args__ = (Index("ix_dataset_grants_project", "project"),)
+
+    dataset_id: Mapped[int] = mapped_column(ForeignKey("datasets.id", ondelete="CASCADE"), primary_key=True)
+    project: Mapped[str] = mapped_column(ForeignKey("projects.name", ondelete="CASCADE"), primary_key=True)
+    granted_by: Mapped[str] = mapped_column(String(160))
+    granted_at: Mapped[float] = mapped_column(Float)
+
+
+class _Asked:
+    """What a request and a claim share: why it was asked, and its answer."""
+
+    message: Mapped[str] = mapped_column(Text, default="")
+    status: Mapped[str] = mapped_column(String(16), default="pending")
+    created_at: Mapped[float] = mapped_column(Float)
+    answered_by: Mapped[str | None] = mapped_column(String(160), nullable=True)
+    answered_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    answer: Mapped[str] = mapped_column(Text, default="")
+    """Why, when refused."""
+
+
+class DatasetAccessRequestRow(_Asked, Base):
+    """A user asking, for one of their projects, to read a dataset: `pending`, then `granted`
+    (which made the project's grant) or `refused`."""
+
+    __tablename__ = "dataset_access_requests"
+    __table_args__ = (Index("ix_dataset_access_requests_dataset", "dataset_id", "status"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    dataset_id: Mapped[int] = mapped_column(ForeignKey("datasets.id", ondelete="CASCADE"))
+    project: Mapped[str] = mapped_column(ForeignKey("projects.name", ondelete="CASCADE"))
+    """The project that would read it."""
+    user_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"), index=True)
+
+    requester: Mapped[UserRow] = relationship(lazy="joined")
+
+
+class DatasetClaimRow(_Asked, Base):
+    """Asking to move a dataset to a project and an owner: `claim` (registered, unowned data;
+    administrators decide) or `transfer` (asked by its owner; the receiving project's
+    maintainers decide). `pending`, then `approved` or `refused`."""
+
+    __tablename__ = "dataset_claims"
+    __table_args__ = (Index("ix_dataset_claims_status", "status"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    dataset_id: Mapped[int] = mapped_column(ForeignKey("datasets.id", ondelete="CASCADE"), index=True)
+    kind: Mapped[str] = mapped_column(String(16))
+    to_project: Mapped[str] = mapped_column(ForeignKey("projects.name", ondelete="CASCADE"))
+    to_user_id: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"))
+    """The owner once approved."""
+    requested_by: Mapped[int] = mapped_column(ForeignKey("users.id", ondelete="CASCADE"), index=True)
+
+    to_user: Mapped[UserRow] = relationship(foreign_keys=[to_user_id], lazy="joined")
+    requester: Mapped[UserRow] = relationship(foreign_keys=[requested_by], lazy="joined")
+
+
+class DatasetReadRow(Base):
+    """Lineage: a job read a version (pinned when it was submitted)."""
+
+    __tablename__ = "dataset_reads"
+
+    version_id: Mapped[int] = mapped_column(ForeignKey("dataset_versions.id", ondelete="CASCADE"), primary_key=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True, index=True)

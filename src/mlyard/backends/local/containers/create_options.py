@@ -4,9 +4,10 @@
 SDK's `containers.create(**arguments)`), so what a container may see and do is decided here,
 testable without an engine:
 
-- mounts: the replica's extracted code, read-only, as the working directory, and the job's own
-  directories (checkpoints, TensorBoard logs) read-write at the same paths as on the host, so
-  `MLYARD_CHECKPOINT_DIR` means the same inside; nothing else of the host;
+- mounts: the replica's extracted code, read-only, as the working directory, the job's own
+  directories (checkpoints, TensorBoard logs) read-write and the dataset versions it reads
+  read-only, at the same paths as on the host, so `MLYARD_CHECKPOINT_DIR` and
+  `MLYARD_DATASET_<NAME>` mean the same inside; nothing else of the host;
 - a user that is not root (the job's OS account with job accounts, else `nobody`), never
   privileged, every capability dropped, no privilege gain through setuid files;
 - the replica's cores (`cpuset_cpus`, and as many CPUs' worth of time; a replica below one
@@ -88,12 +89,16 @@ def container_environment(env: Mapping[str, str], gpu_count: int, identity: Cont
 def render_replica(*, image: str, job_id: int, attempt: int, replica: str, directory: Path, code: Path,
                    command: Sequence[str], env: Mapping[str, str], cpu_ids: Sequence[int],
                    gpu_ids: Sequence[int], memory_bytes: int, private_directories: Sequence[Path],
-                   identity: ContainerIdentity, share_pids: bool = False, cpu_millicores: int = 0) -> dict[str, Any]:
+                   identity: ContainerIdentity, share_pids: bool = False, cpu_millicores: int = 0,
+                   read_only_directories: Sequence[Path] = ()) -> dict[str, Any]:
     """The keyword arguments of `containers.create` for one replica; `cpu_millicores`: its share, in
-    thousandths, of its one core (0: `cpu_ids` are its own)."""
+    thousandths, of its one core (0: `cpu_ids` are its own); `read_only_directories`: the dataset
+    versions it reads, at their host paths."""
     volumes: dict[str, dict[str, str]] = {str(code): {"bind": CODE_MOUNT, "mode": "ro"}}
     for private in private_directories:
         volumes[str(private)] = {"bind": str(private), "mode": "rw"}
+    for read_only in read_only_directories:
+        volumes[str(read_only)] = {"bind": str(read_only), "mode": "ro"}
     arguments: dict[str, Any] = {
         "image": image,
         "command": list(command),

@@ -22,7 +22,7 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +57,7 @@ from mlyard.runtime.launch_config import (
     read_json,
     write_json_atomically,
 )
+from mlyard.runtime.dataset_links import make_links
 from mlyard.runtime.launcher import DEFAULT_MAX_LOG_BYTES, format_bytes
 from mlyard.runtime.processes import in_processes
 
@@ -82,6 +83,8 @@ class ContainerPlan:
     replica: ReplicaLaunch
     arguments: dict[str, Any]
     identity: ContainerIdentity
+    links: dict[str, str] = field(default_factory=dict)
+    """Made in the code directory before the container starts (`runtime/dataset_links.py`)."""
 
     def as_data(self) -> dict[str, Any]:
         return {"replica": self.replica.name, "runtime": "container", "snapshot": str(self.replica.snapshot)
@@ -136,9 +139,9 @@ class ContainerReplicas:
             env=replica.env, cpu_ids=replica.cpu_ids, gpu_ids=replica.gpu_ids, memory_bytes=replica.memory_bytes,
             private_directories=launch.private_directories, identity=identity,
             share_pids=len(launch.replicas) > 1 and runs_torchrun(replica.command),
-            cpu_millicores=replica.cpu_millicores,
+            cpu_millicores=replica.cpu_millicores, read_only_directories=[mount.view for mount in launch.datasets],
         )
-        return ContainerPlan(replica=replica, arguments=arguments, identity=identity)
+        return ContainerPlan(replica=replica, arguments=arguments, identity=identity, links=launch.dataset_links)
 
     def give_private_directories(self, launch: AttemptLaunch, identity: ContainerIdentity) -> None:
         """The job's own directories become the container user's, closed to everyone else."""
@@ -161,6 +164,8 @@ class ContainerReplicas:
             extract_snapshot(replica.snapshot, code)
         else:
             code.mkdir()
+        if plan.links:
+            make_links(code, plan.links)
         _readable_by(code, identity)
         state = self.engine.run(plan.arguments)
         write_json_atomically(replica.directory / STARTED_FILE,

@@ -8,6 +8,9 @@ versions over the content-addressed store, with aliases that move and remember e
 - `versions.py`: making a version from a manifest, listing, showing, paging its files, a file's
   bytes, and the difference of two versions.
 - `aliases.py`: moving an alias and its history.
+- `sharing.py`: grants to other projects and access requests.
+- `registration.py`: data on the server's disks (under MLYARD_DATA_ROOTS) made a dataset nobody owns.
+- `claims.py`: claims of unowned data and transfers of ownership, and deciding them.
 
 File blobs arrive through `services/blobs.py`; a digest is a key only for its uploaders and the
 readers of a version that holds it.

@@ -14,10 +14,14 @@ from mlyard.server import auth
 from mlyard.server.services import projects
 from mlyard.server.services.datasets import access
 from mlyard.server.store.db import Database
-from mlyard.server.store.dataset_rows import DatasetAliasRow, DatasetRow, DatasetVersionRow
+from mlyard.server.store.dataset_rows import DatasetAliasRow, DatasetGrantRow, DatasetRow, DatasetVersionRow
 
 
-def info(session: Session, principal: auth.Principal, row: DatasetRow) -> DatasetInfo:
+def info(session: Session, principal: auth.Principal, row: DatasetRow, *, grant: bool | None = None) -> DatasetInfo:
+    """`grant`: whether a project of the caller's holds a grant on it, when the caller already
+    knows (a listing asks once for all its rows); None: asked here."""
+    if grant is None:
+        grant = access.has_grant(session, principal, row)
     versions = session.scalar(select(func.count()).where(DatasetVersionRow.dataset_id == row.id)) or 0
     aliases = dict(session.execute(
         select(DatasetAliasRow.name, DatasetVersionRow.number)
@@ -28,7 +32,7 @@ def info(session: Session, principal: auth.Principal, row: DatasetRow) -> Datase
         description=row.description, licence=row.licence, tags=list(row.tags), visibility=row.visibility,
         created_at=row.created_at, updated_at=row.updated_at, versions=versions,
         aliases={alias: version_name(number) for alias, number in aliases.items()},
-        readable=access.may_read(principal, row))
+        readable=access.may_read(principal, row, grant=grant))
 
 
 def create_dataset(database: Database, principal: auth.Principal, request: DatasetRequest) -> DatasetInfo:
@@ -63,7 +67,9 @@ def list_datasets(database: Database, principal: auth.Principal, *, project: str
         query = select(DatasetRow).order_by(DatasetRow.project, DatasetRow.name)
         visible = principal.visible_projects()
         if visible is not None:
-            query = query.where(or_(DatasetRow.visibility == "catalog", DatasetRow.project.in_(sorted(visible))))
+            shared = select(DatasetGrantRow.dataset_id).where(DatasetGrantRow.project.in_(sorted(visible)))
+            query = query.where(or_(DatasetRow.visibility == "catalog", DatasetRow.project.in_(sorted(visible)),
+                                    DatasetRow.id.in_(shared)))
         if project is not None:
             query = query.where(DatasetRow.project == project)
         if search:
@@ -76,7 +82,8 @@ def list_datasets(database: Database, principal: auth.Principal, *, project: str
             rows = [row for row in rows if tag in row.tags]
         if owner is not None:
             rows = [row for row in rows if row.owner is not None and row.owner.name == owner]
-        return [info(session, principal, row) for row in rows]
+        grants = access.granted(session, principal, [row.id for row in rows])
+        return [info(session, principal, row, grant=row.id in grants) for row in rows]
 
 
 def get_dataset(database: Database, principal: auth.Principal, project: str, name: str) -> DatasetInfo:

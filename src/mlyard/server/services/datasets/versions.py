@@ -27,11 +27,19 @@ from mlyard.errors import InvalidRequest, NotFound
 from mlyard.server import auth
 from mlyard.server.services import blobs
 from mlyard.server.services.datasets import access, aliases, manifests
-from mlyard.server.store.dataset_rows import DatasetAliasRow, DatasetFileRow, DatasetRow, DatasetVersionRow
+from mlyard.server.store.dataset_rows import (
+    DatasetAliasRow,
+    DatasetFileRow,
+    DatasetReadRow,
+    DatasetRow,
+    DatasetVersionRow,
+)
 from mlyard.server.store.db import Database
+from mlyard.server.store.rows import JobRow
 from mlyard.storage import BlobStore
 
 _INSERT_CHUNK = 1_000
+MAX_READERS_SHOWN = 100
 
 
 def info(session: Session, dataset: DatasetRow, row: DatasetVersionRow) -> VersionInfo:
@@ -95,22 +103,31 @@ def create_version(database: Database, store: BlobStore, principal: auth.Princip
         dataset = access.writable(session, principal, project, name)
         number = (session.scalar(select(func.max(DatasetVersionRow.number))
                                  .where(DatasetVersionRow.dataset_id == dataset.id)) or 0) + 1
-        now = time.time()
-        row = DatasetVersionRow(dataset_id=dataset.id, number=number, parent_id=parent.id if parent else None,
-                                message=request.message, created_by=principal.user_id, created_at=now,
-                                fingerprint=fingerprint, file_count=len(entries),
-                                total_bytes=sum(entry.size for entry in entries), statistics=figures,
-                                source_job_id=source_job)
-        session.add(row)
-        session.flush()
-        values = [{"version_id": row.id, "path": entry.path, "digest": entry.digest, "size": entry.size,
-                   "media_type": entry.media_type} for entry in entries]
-        for start in range(0, len(values), _INSERT_CHUNK):
-            session.execute(insert(DatasetFileRow.__table__), values[start:start + _INSERT_CHUNK])
-        aliases.move(session, dataset, LATEST, row, principal.name)
-        dataset.updated_at = now
-        session.flush()
+        row = add_version(session, principal, dataset, number=number, parent=parent, message=request.message,
+                          entries=entries, figures=figures, source_job=source_job)
         return VersionCreated(version=info(session, dataset, row), created=True)
+
+
+def add_version(session: Session, principal: auth.Principal, dataset: DatasetRow, *, number: int,
+                parent: DatasetVersionRow | None, message: str, entries: list[manifests.Entry], figures: dict,
+                source_job: int | None = None) -> DatasetVersionRow:
+    """Inserts a checked version with its files; `latest` moves to it."""
+    now = time.time()
+    row = DatasetVersionRow(dataset_id=dataset.id, number=number, parent_id=parent.id if parent else None,
+                            message=message, created_by=principal.user_id, created_at=now,
+                            fingerprint=manifests.fingerprint([(entry.path, entry.digest) for entry in entries]),
+                            file_count=len(entries), total_bytes=sum(entry.size for entry in entries),
+                            statistics=figures, source_job_id=source_job)
+    session.add(row)
+    session.flush()
+    values = [{"version_id": row.id, "path": entry.path, "digest": entry.digest, "size": entry.size,
+               "media_type": entry.media_type} for entry in entries]
+    for start in range(0, len(values), _INSERT_CHUNK):
+        session.execute(insert(DatasetFileRow.__table__), values[start:start + _INSERT_CHUNK])
+    aliases.move(session, dataset, LATEST, row, principal.name)
+    dataset.updated_at = now
+    session.flush()
+    return row
 
 
 def _parent(session: Session, dataset: DatasetRow, reference: str | None) -> DatasetVersionRow | None:
@@ -135,7 +152,12 @@ def get_version(database: Database, principal: auth.Principal, project: str, nam
     auth.authorize(principal, auth.Action.READ)
     with database.reading() as session:
         dataset = access.seen(session, principal, project, name)
-        return info(session, dataset, aliases.resolve(session, dataset, reference))
+        version = aliases.resolve(session, dataset, reference)
+        readers = session.execute(
+            select(JobRow.id, JobRow.project).join(DatasetReadRow, DatasetReadRow.job_id == JobRow.id)
+            .where(DatasetReadRow.version_id == version.id).order_by(JobRow.id.desc()).limit(MAX_READERS_SHOWN * 4))
+        seen = [job_id for job_id, job_project in readers if auth.may_read_project(principal, job_project)]
+        return info(session, dataset, version).model_copy(update={"read_by": seen[:MAX_READERS_SHOWN]})
 
 
 def _file(row: DatasetFileRow) -> VersionFile:

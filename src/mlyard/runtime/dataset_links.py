@@ -1,0 +1,31 @@
+"""The dataset versions a job reads, shown in its working directory: `data/digits` there is a
+symbolic link to the version's read-only tree (`MLYARD_DATASET_DIGITS`), which the backend
+mounts read-only or keeps closed to writes by file modes.
+
+Imports nothing of mlyard: the launcher loads it at the start of every replica that reads one.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+
+def make_links(workdir: Path, links: Mapping[str, str]) -> None:
+    """Links each relative path of `links` below `workdir` to its target. A path the code
+    already holds is an error, not silently shadowed or replaced."""
+    root = workdir.resolve()
+    for relative, target in sorted(links.items()):
+        link = workdir / relative
+        parts = Path(relative).parts
+        if not parts or Path(relative).is_absolute() or ".." in parts:
+            raise ValueError(f"dataset path {relative!r} is not a relative path")
+        if os.path.lexists(link):
+            raise FileExistsError(f"the job's code already has {relative!r}, where a dataset it reads should be: "
+                                  "choose another path for it")
+        link.parent.mkdir(parents=True, exist_ok=True)
+        # A symbolic link in the code could lead the parent elsewhere: the link must land in workdir.
+        if not link.parent.resolve().is_relative_to(root):
+            raise ValueError(f"dataset path {relative!r} leads out of the job's working directory")
+        os.symlink(target, link, target_is_directory=True)

@@ -1,0 +1,95 @@
+"""The trees of the dataset versions a job reads: `dataset-views/<job>/<dataset>/`, each file a
+hard link to its blob, so a version of any size is shown without copying a byte.
+
+A tree is made once per job, before its first attempt starts, and kept for its restarts (the
+version is pinned). It is built beside its final name and renamed into place, so a server that
+stops halfway leaves no tree that looks whole. Directories are 0555 and the blobs 0444: an
+account other than the server's cannot change them, and a replica on the server's own account
+sees the tree through a read-only mount (`runtime/hide_home.py`), a container through a
+read-only volume and a pod through a read-only `subPath` of the shared volume. A blob whose
+store lies on another filesystem, or that has as many links as the filesystem allows, is copied.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+import stat
+import time
+from collections.abc import Iterable
+from pathlib import Path, PurePosixPath
+
+from mlyard.backends.base import DatasetMount
+from mlyard.errors import MlyardError
+from mlyard.paths import Paths
+from mlyard.server.services.datasets import job_inputs
+from mlyard.server.store.db import Database
+from mlyard.spec import DatasetInput, dataset_variable
+from mlyard.storage import BlobStore
+
+_COPY_INSTEAD = (errno.EXDEV, errno.EMLINK, errno.EPERM)
+
+
+def mounts(paths: Paths, job_id: int, inputs: Iterable[DatasetInput]) -> tuple[DatasetMount, ...]:
+    return tuple(DatasetMount(directory=item.directory, view=paths.dataset_view(job_id, item.name)) for item in inputs)
+
+
+def variables(paths: Paths, job_id: int, inputs: Iterable[DatasetInput]) -> dict[str, str]:
+    """`MLYARD_DATASET_<NAME>` of each input: its tree's absolute path, the same in every replica."""
+    return {dataset_variable(item.name): str(paths.dataset_view(job_id, item.name)) for item in inputs}
+
+
+def prepare(database: Database, blobs: BlobStore, paths: Paths, job_id: int, inputs: list[DatasetInput]) -> None:
+    """Makes the trees of the job's inputs that are not there yet."""
+    missing = [item for item in inputs if not paths.dataset_view(job_id, item.name).is_dir()]
+    if not missing:
+        return
+    with database.reading() as session:
+        versions = job_inputs.version_ids(session, missing)
+        files = [job_inputs.files_of(session, version) for version in versions]
+    for item, listed in zip(missing, files, strict=True):
+        build(paths.dataset_view(job_id, item.name), listed, blobs)
+
+
+def build(view: Path, files: Iterable[tuple[str, str]], blobs: BlobStore) -> None:
+    view.parent.mkdir(parents=True, exist_ok=True)
+    partial = view.with_name(f".{view.name}.partial-{os.getpid()}-{time.time_ns()}")
+    partial.mkdir()
+    try:
+        for path, digest in files:
+            relative = PurePosixPath(path)
+            # Every path was checked when its version was made; a tree is no place to find out otherwise.
+            if relative.is_absolute() or ".." in relative.parts:
+                raise MlyardError(f"a dataset file's path {path!r} leads out of its version")
+            target = partial.joinpath(*relative.parts)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            source = blobs.path_for(digest)
+            if not source.is_file():
+                raise MlyardError(f"the store has lost the blob of {path!r} ({digest[:12]}…)")
+            _link_or_copy(source, target)
+        for directory, _, _ in os.walk(partial, topdown=False):
+            os.chmod(directory, 0o555)
+        os.rename(partial, view)
+    except BaseException:
+        remove(partial)
+        raise
+
+
+def _link_or_copy(source: Path, target: Path) -> None:
+    try:
+        os.link(source, target)
+    except OSError as error:
+        if error.errno not in _COPY_INSTEAD:
+            raise
+        shutil.copyfile(source, target)
+        os.chmod(target, 0o444)
+
+
+def remove(tree: Path) -> None:
+    """Deletes a tree whose directories are read-only (the blobs they link stay)."""
+    if not tree.exists():
+        return
+    for directory, _, _ in os.walk(tree):
+        os.chmod(directory, stat.S_IRWXU)
+    shutil.rmtree(tree)
