@@ -41,6 +41,7 @@ bench: $(VENV)/.installed
 	$(BIN)/python bench/container_overhead.py
 	$(BIN)/python bench/scaling.py
 	$(BIN)/python bench/datasets.py
+	$(BIN)/python bench/dataset_reads.py
 
 # Copies the web UI's front-end libraries (pinned in frontend/package.json) into the package;
 # the copies are committed, so running mlyard needs no npm.

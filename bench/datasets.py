@@ -6,7 +6,8 @@ of `--large-mib` MiB (1 GiB by default), both of random bytes. For each, in `--r
 - the first push, `mlyard datasets push` through the real CLI with an empty hash cache: hashing,
   asking which blobs are missing, uploading them, the manifest and the version;
 - the push again of the unchanged directory, which must upload nothing (counted in the
-  server's audit log, where every `PUT /blobs/{digest}` is a row).
+  server's audit log, where every `PUT /blobs/{digest}` and every pack of small files,
+  `PUT /blobs/pack`, is a row).
 Each round pushes to a dataset of its own and a server of its own, so a round's first push
 finds an empty store. Figures are medians of the rounds. MiB/s and files/s are of the data
 pushed or copied.
@@ -81,7 +82,8 @@ def push(server: BenchServer, name: str, folder: Path, cache: Path) -> tuple[flo
 
 
 def uploads_since(server: BenchServer, moment: float) -> int:
-    """Blobs uploaded since `moment`: the `PUT /blobs/{digest}` rows of the audit log."""
+    """Upload requests since `moment`: the `PUT /blobs/{digest}` and `PUT /blobs/pack` rows of the
+    audit log."""
     page = server.client.audit(since=moment, route="/api/v1/blobs/", limit=1000)
     return sum(event.method == "PUT" for event in page.events)
 

@@ -390,6 +390,18 @@ def test_dataset_inputs_that_would_collide_or_escape_are_refused(datasets: list,
     assert says in str(refused.value)
 
 
+@pytest.mark.parametrize("outputs, says", [
+    ([{"dataset": "a"}, {"dataset": "b", "path": "b"}], "names each one's folder"),
+    ([{"dataset": "a", "path": "x"}, {"dataset": "a", "path": "y"}], "a written twice"),
+    ([{"dataset": "a", "path": "x"}, {"dataset": "b", "path": "x/y"}], "'x/y' lies in 'x'"),
+    ([{"dataset": "a", "path": "../up"}], "not a relative path of plain names"),
+])
+def test_dataset_outputs_that_would_collide_or_escape_are_refused(outputs: list, says: str) -> None:
+    with pytest.raises(ValidationError) as refused:
+        JobSpec.model_validate({"name": "j", "command": ["true"], "outputs": outputs})
+    assert says in str(refused.value)
+
+
 def test_a_dataset_input_defaults_to_latest_under_data() -> None:
     item = JobSpec.model_validate({"name": "j", "command": ["true"], "datasets": [
         {"name": "my-digits"}, {"name": "b", "path": "/inputs/b/"[1:]}]}).datasets

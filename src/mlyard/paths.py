@@ -3,7 +3,8 @@
 `MLYARD_HOME` (default `~/.mlyard`) holds, in embedded mode:
 `mlyard.db` (SQLite), `blobs/` (content-addressed snapshots), `runs/<job>/<attempt>/<replica>/`
 (launcher config, logs, exit status), `checkpoints/<job>/`, `tensorboard/<job>/`,
-`dataset-views/<job>/<dataset>/` (the versions a job reads, as hard links into `blobs/`), `admin.token`
+`dataset-views/<job>/<dataset>/` (the versions a job reads, as hard links into `blobs/`),
+`outputs/<job>/` (what a job writes into datasets), `admin.token`
 (0600), and the server's `server.pid`, `server.log` and `server.json` (its URL).
 """
 
@@ -69,6 +70,10 @@ class Paths:
 
     def tensorboard_directory(self, job_id: int) -> Path:
         return self.tensorboard / str(job_id)
+
+    def output_directory(self, job_id: int) -> Path:
+        """`MLYARD_OUTPUT_DIR` of a job that writes datasets (`workers/dataset_outputs.py`)."""
+        return self.home / "outputs" / str(job_id)
 
     @property
     def dataset_views(self) -> Path:

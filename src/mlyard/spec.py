@@ -227,6 +227,17 @@ def dataset_variable(name: str) -> str:
     return "MLYARD_DATASET_" + name.upper().replace("-", "_")
 
 
+def _plain_path(value: str | None) -> str | None:
+    if value is None:
+        return None
+    parts = value.strip("/").split("/") if not value.startswith("/") else []
+    # Plain names only: no `..`, no dot-files that could shadow the code's own (.git), no escapes.
+    if not parts or not all(_DATASET_PATH_PART.match(part) for part in parts):
+        raise ValueError(f"{value!r} is not a relative path of plain names (letters, digits, . _ -) such as "
+                         "data/digits")
+    return "/".join(parts)
+
+
 class DatasetInput(_Strict):
     """A dataset version the job reads, shown to every replica as a read-only directory."""
 
@@ -248,18 +259,46 @@ class DatasetInput(_Strict):
     @field_validator("path")
     @classmethod
     def _path(cls, value: str | None) -> str | None:
-        if value is None:
-            return None
-        parts = value.strip("/").split("/") if not value.startswith("/") else []
-        # Plain names only: no `..`, no dot-files that could shadow the code's own (.git), no escapes.
-        if not parts or not all(_DATASET_PATH_PART.match(part) for part in parts):
-            raise ValueError(f"{value!r} is not a relative path of plain names (letters, digits, . _ -) such as "
-                             "data/digits")
-        return "/".join(parts)
+        return _plain_path(value)
 
     @property
     def directory(self) -> str:
         return self.path or f"data/{self.name}"
+
+
+MAX_DATASET_OUTPUTS = 8
+
+
+class DatasetOutput(_Strict):
+    """A dataset the job writes: once it succeeds, what it left in MLYARD_OUTPUT_DIR (or its
+    `path` there) becomes the dataset's next version, with the job as its source."""
+
+    dataset: str = Field(pattern=NAME_PATTERN, description="the dataset (made in its project if missing)")
+    project: str | None = Field(default=None, pattern=NAME_PATTERN,
+                                description="the dataset's project (default: the job's)")
+    path: str | None = Field(
+        default=None, max_length=255,
+        description="the folder of MLYARD_OUTPUT_DIR that holds the version (default: all of it; required "
+        "when the job writes several datasets)")
+    message: str = Field(default="", max_length=1000, description="the version's message")
+
+    @field_validator("path")
+    @classmethod
+    def _path(cls, value: str | None) -> str | None:
+        return _plain_path(value)
+
+
+def check_dataset_outputs(outputs: list[DatasetOutput]) -> None:
+    keys = [(item.project, item.dataset) for item in outputs]
+    if repeated := sorted({item.dataset for item in outputs if keys.count((item.project, item.dataset)) > 1}):
+        raise ValueError(f"outputs: {', '.join(repeated)} written twice; a job makes one version of each")
+    if len(outputs) > 1:
+        if any(item.path is None for item in outputs):
+            raise ValueError("outputs: a job that writes several datasets names each one's folder (path)")
+        paths = sorted(item.path or "" for item in outputs)
+        for first, second in zip(paths, paths[1:], strict=False):
+            if second == first or second.startswith(first + "/"):
+                raise ValueError(f"outputs: path {second!r} lies in {first!r}; give each output its own folder")
 
 
 def check_dataset_inputs(inputs: list[DatasetInput]) -> None:
@@ -337,6 +376,10 @@ class JobSpec(_Strict):
         default_factory=list, max_length=MAX_DATASET_INPUTS,
         description="dataset versions every replica reads, each a read-only directory under its working "
                     "directory whose absolute path is in MLYARD_DATASET_<NAME>")
+    outputs: list[DatasetOutput] = Field(
+        default_factory=list, max_length=MAX_DATASET_OUTPUTS,
+        description="datasets the job writes: when it succeeds, what it left in MLYARD_OUTPUT_DIR becomes a new "
+                    "version of each, with the job as its source")
 
     @field_validator("command", mode="before")
     @classmethod
@@ -404,6 +447,7 @@ class JobSpec(_Strict):
         if self.success_policy == "worker-0" and "worker" not in names:
             raise ValueError("success_policy worker-0 needs a role named worker")
         check_dataset_inputs(self.datasets)
+        check_dataset_outputs(self.outputs)
         return self
 
     @property

@@ -142,6 +142,12 @@ class Rule:
     """Callers refused with 404 rather than 403: what they may not see does not exist for them."""
 
 
+def _matrix_pack() -> bytes:
+    from mlyard.storage.packs import encode
+
+    return encode([(hashlib.sha256(b"matrix pack").hexdigest(), b"matrix pack")])
+
+
 def _get(path: str) -> Callable[[World, httpx.Client], httpx.Response]:
     return lambda world, http: http.get(path.format(job=world.job, project=world.project))
 
@@ -188,6 +194,16 @@ def _granted_first(world: World, http: httpx.Client) -> httpx.Response:
 def _answer_request(verb: str) -> Callable[[World, httpx.Client], httpx.Response]:
     return lambda world, http: http.post(
         f"/datasets/{world.project}/{_catalog(world)}/requests/{world.fresh_request()}/{verb}", json={})
+
+
+def _fresh_dataset(world: World, *, versions: int) -> str:
+    """A dataset of P made by `member` (its owner) for one call, with `versions` versions."""
+    name = f"fd-{next(_counter)}"
+    with world.http("member") as http:
+        assert http.post("/datasets", json={"name": name, "project": world.project}).status_code == 201
+        for _ in range(versions):
+            assert _push(http, world.project, name, f"fresh {next(_counter)}".encode()).status_code == 201
+    return name
 
 
 def _on_dataset(method: str, path: str, **kwargs) -> Callable[[World, httpx.Client], httpx.Response]:
@@ -280,6 +296,12 @@ RULES: dict[str, Rule] = {
     "POST /api/v1/datasets/{project}/{name}/versions": Rule(
         PROJECT_WRITERS, lambda w, h: _push(h, w.project, _dataset(w), f"v {next(_counter)}".encode()),
         hidden_from=frozenset({"outsider"})),
+    "DELETE /api/v1/datasets/{project}/{name}/versions/{version}": Rule(
+        DATASET_MANAGERS, lambda w, h: h.delete(f"/datasets/{w.project}/{_fresh_dataset(w, versions=1)}/versions/v1"),
+        hidden_from=frozenset({"outsider"})),
+    "DELETE /api/v1/datasets/{project}/{name}": Rule(
+        DATASET_MANAGERS, lambda w, h: h.delete(f"/datasets/{w.project}/{_fresh_dataset(w, versions=0)}"),
+        hidden_from=frozenset({"outsider"})),
     "GET /api/v1/datasets/{project}/{name}/versions": Rule(PROJECT_READERS, _on_dataset("GET", "/versions"),
                                                            hidden_from=frozenset({"outsider"})),
     "GET /api/v1/datasets/{project}/{name}/versions/{version}": Rule(
@@ -335,6 +357,7 @@ RULES: dict[str, Rule] = {
     "POST /api/v1/blobs:missing": Rule(ANY_USER, lambda w, h: h.post("/blobs:missing", json={"digests": ["0" * 64]})),
     "PUT /api/v1/blobs/{digest}": Rule(ANY_USER, lambda w, h: h.put(
         f"/blobs/{hashlib.sha256(b'matrix blob').hexdigest()}", content=b"matrix blob")),
+    "PUT /api/v1/blobs/pack": Rule(ANY_USER, lambda w, h: h.put("/blobs/pack", content=_matrix_pack())),
 }
 
 

@@ -1,8 +1,10 @@
-"""Jobs that read dataset versions, through the real server, CLI and launcher on SQLite and
-PostgreSQL: the version named (or aliased) at submission is pinned in the stored spec, every
-replica finds it as a read-only directory at its path and in MLYARD_DATASET_<NAME>, a
-resubmission of the stored spec reads the same bytes after `latest` moved, and a replica that
-tries to change the files fails while the store keeps its bytes."""
+"""Jobs that read and write dataset versions, through the real server, CLI and launcher on
+SQLite and PostgreSQL: the version named (or aliased) at submission is pinned in the stored
+spec, every replica finds it as a read-only directory at its path and in MLYARD_DATASET_<NAME>,
+a resubmission of the stored spec reads the same bytes after `latest` moved, and a replica that
+tries to change the files fails while the store keeps its bytes; what a job leaves in
+MLYARD_OUTPUT_DIR becomes the next version when it succeeds, and nothing when it fails or
+leaves a link out."""
 
 from __future__ import annotations
 
@@ -11,8 +13,9 @@ import json
 from pathlib import Path
 
 import httpx
+import pytest
 import yaml
-from conftest import RunningServer
+from conftest import RunningServer, wait_until
 from test_datasets import digits_folder, unique
 
 # What a training script does with an image folder: walk it by label, open each PNG. Then it
@@ -110,3 +113,67 @@ def test_a_job_reads_its_pinned_version_read_only(server: RunningServer, tmp_pat
     assert f"read by jobs {again.json()['id']}, {job['id']}" in server.cli("datasets", "show", f"{name}:v1").stdout
     assert outcome(server, submit(server, tmp_path, code, [{"name": name, "path": "data/digits"}])["id"])[
         "digest"] == tree_digest(source), "a new submission of latest reads v2"
+
+
+# A processing job: reads the images, writes a label index and a copy of one folder.
+PROCESSOR = r'''
+import json, os, shutil, sys
+from pathlib import Path
+
+out = Path(os.environ["MLYARD_OUTPUT_DIR"])
+labels = {}
+for path in sorted(Path("data/digits").rglob("*.png")):
+    labels.setdefault(path.parent.name, []).append(path.relative_to("data/digits").as_posix())
+(out / "index.json").write_text(json.dumps(labels, sort_keys=True))
+shutil.copytree("data/digits/test", out / "test")
+if sys.argv[1] == "leak":
+    os.symlink("/etc/hostname", out / "leak")
+sys.exit(1 if sys.argv[1] == "fail" else 0)
+'''
+
+
+@pytest.mark.slow
+def test_a_jobs_outputs_become_a_version_with_the_job_as_its_source(server: RunningServer, tmp_path: Path) -> None:
+    name, made = unique("digits"), unique("digit-index")
+    source = digits_folder(tmp_path / "digits")
+    server.cli_json("datasets", "push", name, str(source))
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "process.py").write_text(PROCESSOR)
+
+    def run(mode: str) -> int:
+        spec = tmp_path / f"{mode}.yaml"
+        spec.write_text(yaml.safe_dump({"name": f"index-{mode}", "command": ["python", "process.py", mode],
+                                        "datasets": [{"name": name, "path": "data/digits"}],
+                                        "outputs": [{"dataset": made, "message": f"index ({mode})"}]}))
+        job_id = server.cli_json("submit", str(spec), "--context", str(code))["id"]
+        server.cli("wait", str(job_id), "--timeout", "120")
+        return job_id
+
+    job_id = run("ok")
+    def versions() -> list[dict]:
+        listed = server.cli("datasets", "versions", made, "--output", "json")
+        return json.loads(listed.stdout) if listed.returncode == 0 else []
+
+    version = wait_until(lambda: next(iter(versions()), None), 60, "the job's output version")
+    assert (version["version"], version["source_job"], version["message"]) == ("v1", job_id, "index (ok)")
+    pulled = tmp_path / "pulled"
+    server.cli("datasets", "pull", f"{made}:v1", str(pulled), check=True)
+    assert tree_digest(pulled / "test") == tree_digest(source / "test")
+    index = json.loads((pulled / "index.json").read_text())
+    assert sum(len(paths) for paths in index.values()) == 24
+    assert f"written by job {job_id}" in server.cli("datasets", "show", f"{made}:v1", check=True).stdout
+    assert f"writes     dataset default/{made} from MLYARD_OUTPUT_DIR/" in server.cli("show", str(job_id)).stdout
+    assert any(f"wrote dataset default/{made} v1" in (event["message"] or "")
+               for event in server.cli_json("show", str(job_id))["events"])
+
+    again = run("ok")  # the same files: no new version
+    failed, leaked = run("fail"), run("leak")
+    events = {job: [event["message"] or "" for event in server.cli_json("show", str(job))["events"]]
+              for job in (again, failed, leaked)}
+    assert wait_until(lambda: any("no version written" in message for message in
+                                  [event["message"] or "" for event in server.cli_json("show", str(leaked))["events"]]),
+                      60, "the refused output's event")
+    leak_events = [event["message"] or "" for event in server.cli_json("show", str(leaked))["events"]]
+    assert any("leak" in message and "leads outside" in message for message in leak_events), leak_events
+    assert [item["version"] for item in server.cli_json("datasets", "versions", made)] == ["v1"], events

@@ -221,3 +221,45 @@ def test_an_upload_that_does_not_match_its_digest_leaves_nothing(server: Running
     blobs = server.home / "blobs"
     assert not (blobs / claimed[:2] / claimed).exists()
     assert not list((blobs / "tmp").glob("*.partial")), "no half-written upload left behind"
+
+
+def test_small_files_travel_in_packs(server: RunningServer, tmp_path: Path) -> None:
+    name = unique("packed")
+    source = tmp_path / "many"
+    for index in range(300):
+        (source / f"part-{index % 7}").mkdir(parents=True, exist_ok=True)
+        (source / f"part-{index % 7}" / f"{index}.bin").write_bytes(uuid.uuid4().bytes * 2 * (1 + index))
+    (source / "big.bin").write_bytes(uuid.uuid4().bytes * (100_000))  # 1.5 MiB: alone, as a PUT of its own
+    sent: list[str] = []
+    with server.client() as client, HashCache(tmp_path / "hashes.sqlite") as cache:
+        client._http.event_hooks["request"].append(lambda request: sent.append(f"{request.method} {request.url.path}"))
+        client.datasets.create("default", name)
+        plan = client.datasets.plan_push(source, cache)
+        created = client.datasets.push("default", name, plan)
+    assert created.created and created.version.file_count == 301
+    puts = [line for line in sent if line.startswith("PUT")]
+    assert puts.count("PUT /api/v1/blobs/pack") == 1, sent
+    assert len(puts) == 3, "one pack (over MLYARD_MAX_REQUEST_BYTES, which it is exempt from), the big file and " \
+        "the manifest"
+    pulled = tmp_path / "pulled"
+    server.cli("datasets", "pull", f"{name}:v1", str(pulled), check=True)
+    assert files_of(pulled) == files_of(source)
+
+
+def test_a_pack_that_lies_stores_none_of_it(server: RunningServer) -> None:
+    from mlyard.storage.packs import encode, encode_header, encode_record
+
+    fine, claimed = b"fine " + uuid.uuid4().bytes, hashlib.sha256(b"what was promised").hexdigest()
+    digest = hashlib.sha256(fine).hexdigest()
+    with httpx.Client(base_url=f"{server.url}/api/v1", headers={"Authorization": f"Bearer {server.token()}"}) as http:
+        lying = encode_header(2) + encode([(digest, fine)])[12:] + encode_record(claimed, 5) + b"other"
+        answer = http.put("/blobs/pack", content=lying)
+        assert answer.status_code == 422 and answer.json()["details"][0]["field"] == "digest"
+        assert claimed in answer.json()["message"]
+        answer = http.put("/blobs/pack", content=encode([(digest, fine)])[:-2])
+        assert answer.status_code == 422 and "cut short" in answer.json()["message"]
+        assert http.post("/blobs:missing", json={"digests": [digest]}).json() == {"missing": [digest]}
+        stored = http.put("/blobs/pack", content=encode([(digest, fine)]))
+        assert stored.status_code == 200 and stored.json() == {"blobs": [{"digest": digest, "size": len(fine)}]}
+        assert http.post("/blobs:missing", json={"digests": [digest]}).json() == {"missing": []}
+    assert not list((server.home / "blobs" / "tmp").glob("*.partial"))

@@ -236,3 +236,9 @@ class ClaimInfo(BaseModel):
     answered_by: str | None
     answered_at: float | None
     answer: str
+
+
+class PackedBlobs(BaseModel):
+    """The members of a pack (`PUT /blobs/pack`) now stored, in the pack's order."""
+
+    blobs: list[BlobInfo]

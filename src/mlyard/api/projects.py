@@ -21,7 +21,8 @@ class ProjectLimits(BaseModel):
     memory: int | None = Field(default=None, ge=0, le=2**62, description="bytes")
     running_jobs: int | None = Field(default=None, ge=0, le=10**6)
     storage_bytes: int | None = Field(default=None, ge=0, le=2**62,
-                                      description="bytes of code snapshots the project keeps, each counted once")
+                                      description="bytes of the code snapshots and dataset files the project "
+                                                  "keeps, each blob counted once")
 
 
 class ProjectMember(BaseModel):
@@ -33,7 +34,8 @@ class ProjectInfo(BaseModel):
     name: str
     description: str | None
     limits: ProjectLimits
-    storage_used_bytes: int = Field(default=0, description="code snapshots the project keeps, against limits.storage_bytes")
+    storage_used_bytes: int = Field(default=0, description="code snapshots and dataset files the project keeps, each "
+                                                           "blob once, against limits.storage_bytes")
     your_role: RoleName | None = Field(description="the caller's role; null for an administrator who is no member")
     members: list[ProjectMember]
     created_at: float
@@ -71,10 +73,23 @@ class StoredSnapshot(BaseModel):
     last_used_at: float
 
 
+class StoredDataset(BaseModel):
+    name: str
+    versions: int
+    bytes: int = Field(description="its distinct blobs, all versions: what it keeps for the project (a blob it "
+                                   "shares with another dataset or a snapshot of the project counts once in used_bytes)")
+
+
 class ProjectStorage(BaseModel):
-    """The code snapshots a project keeps, newest use first."""
+    """What a project keeps against its storage limit: code snapshots (newest use first) and
+    datasets, each blob counted once however many of them hold it."""
 
     project: str
-    used_bytes: int
+    used_bytes: int = Field(description="every blob the project keeps, once: at most snapshots_bytes + datasets_bytes "
+                                        "+ volumes_bytes, less where they share bytes")
     limit_bytes: int | None
+    snapshots_bytes: int = Field(default=0, description="the code snapshots it keeps")
+    datasets_bytes: int = Field(default=0, description="the distinct blobs of its datasets' versions")
+    volumes_bytes: int = Field(default=0, description="its volumes (none yet)")
     snapshots: list[StoredSnapshot]
+    datasets: list[StoredDataset] = Field(default_factory=list)

@@ -307,6 +307,20 @@ def alias(dataset: DatasetArgument, name: Annotated[str | None, typer.Argument(h
         console.print(f"{item.alias} → {item.version}  (moves: {moves})")
 
 
+@datasets_app.command("rm")
+def remove(dataset: VersionedArgument, project: ProjectOption = None) -> None:
+    """Remove a version (NAME:vN), or a dataset with no version left (NAME): its owner and the
+    project's maintainers. A version an alias, a later version or an unfinished job needs stays."""
+    project, name, version = _named(dataset, project)
+    with Client() as client:
+        if ":" in dataset:
+            client.datasets.remove_version(project, name, version)
+            errors.print(f"removed {project}/{name}:{version}")
+        else:
+            client.datasets.remove(project, name)
+            errors.print(f"removed dataset {project}/{name}")
+
+
 from mlyard.cli.dataset_sharing import add_commands  # noqa: E402 - its commands join this group
 
 add_commands(datasets_app)

@@ -143,6 +143,8 @@ def print_job_detail(job: JobDetail, *, usage: str | None = None) -> None:
     # The lineage: what the job read, as pinned when it was submitted.
     rows += [("reads", f"dataset {item.project}/{item.name}:{item.version} at {item.directory}")
              for item in job.spec.datasets]
+    rows += [("writes", f"dataset {item.project}/{item.dataset} from MLYARD_OUTPUT_DIR/{item.path or ''}")
+             for item in job.spec.outputs]
     if job.spec.interactive:
         timeout = job.spec.idle_timeout
         if timeout is None:

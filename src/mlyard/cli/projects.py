@@ -27,14 +27,14 @@ def _limits_text(project: ProjectInfo) -> str:
              f"{limits.cpu:g} CPUs" if limits.cpu is not None else "",
              format_bytes(limits.memory) + " memory" if limits.memory is not None else "",
              f"{limits.running_jobs} running jobs" if limits.running_jobs is not None else "",
-             format_bytes(limits.storage_bytes) + " of code" if limits.storage_bytes is not None else ""]
+             format_bytes(limits.storage_bytes) + " of storage" if limits.storage_bytes is not None else ""]
     return ", ".join(part for part in parts if part) or "no limits"
 
 
 def _print(project: ProjectInfo) -> None:
     console.print(f"[bold]{project.name}[/]{' — ' + project.description if project.description else ''}")
     console.print(f"Limits: {_limits_text(project)}")
-    console.print(f"Code kept: {format_bytes(project.storage_used_bytes)}"
+    console.print(f"Storage kept (code and datasets): {format_bytes(project.storage_used_bytes)}"
                   + (f" of {format_bytes(project.limits.storage_bytes)}" if project.limits.storage_bytes is not None
                      else ""))
     members = ", ".join(f"{member.user} ({member.role})" for member in project.members) or "none"
@@ -97,7 +97,7 @@ def set_limits(
     cpu: Annotated[str | None, typer.Option(help="CPUs its running jobs may hold; 'none' for no limit")] = None,
     memory: Annotated[str | None, typer.Option(help="memory its running jobs may hold (e.g. 512Gi); 'none'")] = None,
     running_jobs: Annotated[str | None, typer.Option(help="jobs it may run at once; 'none'")] = None,
-    storage: Annotated[str | None, typer.Option(help="code snapshots it may keep (e.g. 10Gi); 'none'")] = None,
+    storage: Annotated[str | None, typer.Option(help="code snapshots and dataset files it may keep (e.g. 10Gi); 'none'")] = None,
     description: Annotated[str | None, typer.Option(help="what the project is")] = None,
 ) -> None:
     """Change a project's limits (administrators) or description (maintainers)."""
@@ -142,17 +142,28 @@ def remove_member(name: NameArgument, user: UserArgument) -> None:
 
 def _print_storage(storage: ProjectStorage) -> None:
     limit = f" of {format_bytes(storage.limit_bytes)}" if storage.limit_bytes is not None else " (no limit)"
-    console.print(f"Project {storage.project} keeps {format_bytes(storage.used_bytes)} of code{limit}")
-    table = Table("Snapshot", "Size", "Jobs", "Unfinished", "Last used")
-    for snapshot in storage.snapshots:
-        table.add_row(snapshot.digest[:12], format_bytes(snapshot.size), str(snapshot.jobs),
-                      str(snapshot.unfinished_jobs), ago(snapshot.last_used_at))
-    console.print(table)
+    console.print(f"Project {storage.project} keeps {format_bytes(storage.used_bytes)}{limit}")
+    shared = storage.snapshots_bytes + storage.datasets_bytes + storage.volumes_bytes - storage.used_bytes
+    console.print(f"  code snapshots {format_bytes(storage.snapshots_bytes)}, datasets "
+                  f"{format_bytes(storage.datasets_bytes)}"
+                  + (f", volumes {format_bytes(storage.volumes_bytes)}" if storage.volumes_bytes else "")
+                  + (f" ({format_bytes(shared)} held by more than one, counted once)" if shared > 0 else ""))
+    if storage.snapshots:
+        table = Table("Snapshot", "Size", "Jobs", "Unfinished", "Last used", title="Code snapshots")
+        for snapshot in storage.snapshots:
+            table.add_row(snapshot.digest[:12], format_bytes(snapshot.size), str(snapshot.jobs),
+                          str(snapshot.unfinished_jobs), ago(snapshot.last_used_at))
+        console.print(table)
+    if storage.datasets:
+        table = Table("Dataset", "Versions", "Bytes", title="Datasets")
+        for dataset in storage.datasets:
+            table.add_row(dataset.name, str(dataset.versions), format_bytes(dataset.bytes))
+        console.print(table)
 
 
 @projects_app.command("storage")
 def storage(name: NameArgument, output: OutputOption = OutputFormat.table) -> None:
-    """The code snapshots a project keeps, against its storage limit."""
+    """What a project keeps against its storage limit: code snapshots and datasets, each blob once."""
     with Client() as client:
         found = client.project_storage(name)
     if output is OutputFormat.json:
@@ -176,4 +187,4 @@ def release_code(
             raise UsageError(f"{digest!r} names {'no' if not matches else 'more than one'} snapshot of project "
                              f"{name} (`mlyard projects storage {name}` lists them)")
         released = client.release_snapshot(name, matches[0])
-    console.print(f"released {matches[0][:12]}; project {name} keeps {format_bytes(released.used_bytes)} of code")
+    console.print(f"released {matches[0][:12]}; project {name} keeps {format_bytes(released.used_bytes)}")

@@ -1,10 +1,10 @@
 """Datasets through the API: the calls, and pushing and pulling whole directories.
 
 A push hashes the files (`hash_cache.py` remembers unchanged ones), asks the server which blobs
-it lacks, uploads only those, several at once, then the manifest, and asks for a version. An
-interrupted push loses only the files in flight: the next one finds the rest uploaded. A pull
-writes each file beside its place and renames it there once its sha256 is checked, skipping
-files that are already right."""
+it lacks, uploads only those (small files many to a request: `blob_packs.py`), several requests at
+once, then the manifest, and asks for a version. An interrupted push loses only the files in
+flight: the next one finds the rest uploaded. A pull writes each file beside its place and
+renames it there once its sha256 is checked, skipping files that are already right."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from stat import S_ISREG
 from typing import TYPE_CHECKING, Any
 
 from mlyard.client.dataset_sharing import DatasetSharing
@@ -28,7 +29,7 @@ PARALLEL_UPLOADS = 4
 ASK_CHUNK = 5_000
 _READ = 1024 * 1024
 Progress = Callable[[int, int], None]
-"""Told (files, bytes) each time a file is done."""
+"""Told (files, bytes) each time a file, or a pack of small files, is done."""
 
 
 @dataclass(frozen=True)
@@ -109,6 +110,13 @@ class Datasets(DatasetSharing):
         return AliasInfo.model_validate(self._json("PUT", f"{_path(project, name)}/aliases/{alias}",
                                                    json={"version": version}))
 
+    def remove_version(self, project: str, name: str, version: str) -> None:
+        self._client._request("DELETE", f"{_path(project, name)}/versions/{version}")
+
+    def remove(self, project: str, name: str) -> None:
+        """A dataset with no version left."""
+        self._client._request("DELETE", _path(project, name))
+
     def missing(self, digests: list[str]) -> set[str]:
         missing: set[str] = set()
         for start in range(0, len(digests), ASK_CHUNK):
@@ -136,7 +144,7 @@ class Datasets(DatasetSharing):
                 source = Path(root) / name
                 relative = source.relative_to(directory).as_posix()
                 stat = source.lstat()
-                if not source.is_file() or source.is_symlink():
+                if not S_ISREG(stat.st_mode):  # a link (to a file or not) or a special file: one stat, not three
                     skipped.append(relative)
                     continue
                 digest = cache.digest(source, stat) if cache is not None else sha256_of(source)
@@ -155,14 +163,9 @@ class Datasets(DatasetSharing):
         """Uploads what the server lacks, then the manifest, and makes the version."""
         from mlyard.api.datasets import VersionCreated
 
-        def send(file: LocalFile) -> None:
-            self.upload(file.sha256, file.source)
-            if uploaded is not None:
-                uploaded(1, file.size)
+        from mlyard.client.blob_packs import send_all
 
-        with ThreadPoolExecutor(PARALLEL_UPLOADS) as pool:
-            for _ in pool.map(send, plan.missing):
-                pass
+        send_all(self._client, self.upload, plan.missing, uploaded)  # small files many to a request
         manifest = json.dumps({"files": [{"path": file.path, "sha256": file.sha256, "size": file.size}
                                          for file in plan.files]}, separators=(",", ":")).encode()
         digest = hashlib.sha256(manifest).hexdigest()

@@ -15,17 +15,21 @@ from pathlib import Path
 def make_links(workdir: Path, links: Mapping[str, str]) -> None:
     """Links each relative path of `links` below `workdir` to its target. A path the code
     already holds is an error, not silently shadowed or replaced."""
-    root = workdir.resolve()
     for relative, target in sorted(links.items()):
-        link = workdir / relative
         parts = Path(relative).parts
         if not parts or Path(relative).is_absolute() or ".." in parts:
             raise ValueError(f"dataset path {relative!r} is not a relative path")
+        folder = workdir
+        for part in parts[:-1]:
+            folder = folder / part
+            # Made as the launcher's account, maybe root: a link of the code's must not lead it elsewhere.
+            if folder.is_symlink():
+                raise ValueError(f"dataset path {relative!r} leads out of the job's working directory through "
+                                 f"the link {folder.relative_to(workdir)}")
+            if not folder.exists():
+                folder.mkdir()
+        link = folder / parts[-1]
         if os.path.lexists(link):
             raise FileExistsError(f"the job's code already has {relative!r}, where a dataset it reads should be: "
                                   "choose another path for it")
-        link.parent.mkdir(parents=True, exist_ok=True)
-        # A symbolic link in the code could lead the parent elsewhere: the link must land in workdir.
-        if not link.parent.resolve().is_relative_to(root):
-            raise ValueError(f"dataset path {relative!r} leads out of the job's working directory")
         os.symlink(target, link, target_is_directory=True)

@@ -12,6 +12,8 @@ from starlette.responses import Response
 
 from mlyard.web import (
     api_docs,
+    data,
+    data_files,
     job_charts,
     logstream,
     nodes,
@@ -34,6 +36,6 @@ async def _refused(request: Request, refusal: session.PageRefused) -> Response:
 def install(app: FastAPI) -> None:
     app.add_exception_handler(session.PageRefused, _refused)
     app.include_router(session.router)
-    for module in (pages, logstream, job_charts, overview, submit, nodes, queues, api_docs):
+    for module in (pages, logstream, job_charts, overview, submit, nodes, queues, data, data_files, api_docs):
         app.include_router(module.router)
     app.mount("/static", StaticFiles(directory=STATIC_DIRECTORY), name="static")

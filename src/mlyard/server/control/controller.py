@@ -418,12 +418,13 @@ class Controller:
                                      job_id=job.id)
             switch_status(session, job, JobStatus.SCHEDULED, message=start_text(decision, spec), now=now)
             directories = (self.settings.paths.checkpoint_directory(job.id),
-                           self.settings.paths.tensorboard_directory(job.id))
+                           self.settings.paths.tensorboard_directory(job.id),
+                           *dataset_views.output_directories(self.settings.paths, job.id, spec))
             context = JobContext(job_id=job.id, attempt=attempt.number, api_url=self.settings.replica_api_url,
                                  token=token, earlier_attempts=attempt.number - 1,
                                  checkpoint_directory=str(directories[0]), master_port=master_port,
                                  tensorboard_directory=str(directories[1]))
-            datasets = dataset_views.variables(self.settings.paths, job.id, spec.datasets)
+            datasets = dataset_views.variables(self.settings.paths, job.id, spec)
             environments = [{**environment, **datasets, **secrets}
                             for environment in replica_environments(spec, slots, context)]
             image = launches.apply_environment(spec, built, environments)

@@ -1,4 +1,4 @@
-"""The trees of the dataset versions a job reads: `dataset-views/<job>/<dataset>/`, each file a
+"""The trees of the dataset versions a job reads (and where it writes the ones it makes): `dataset-views/<job>/<dataset>/`, each file a
 hard link to its blob, so a version of any size is shown without copying a byte.
 
 A tree is made once per job, before its first attempt starts, and kept for its restarts (the
@@ -15,7 +15,6 @@ from __future__ import annotations
 import errno
 import os
 import shutil
-import stat
 import time
 from collections.abc import Iterable
 from pathlib import Path, PurePosixPath
@@ -25,8 +24,9 @@ from mlyard.errors import MlyardError
 from mlyard.paths import Paths
 from mlyard.server.services.datasets import job_inputs
 from mlyard.server.store.db import Database
-from mlyard.spec import DatasetInput, dataset_variable
+from mlyard.spec import DatasetInput, JobSpec, dataset_variable
 from mlyard.storage import BlobStore
+from mlyard.storage.trees import remove_read_only_tree
 
 _COPY_INSTEAD = (errno.EXDEV, errno.EMLINK, errno.EPERM)
 
@@ -35,9 +35,18 @@ def mounts(paths: Paths, job_id: int, inputs: Iterable[DatasetInput]) -> tuple[D
     return tuple(DatasetMount(directory=item.directory, view=paths.dataset_view(job_id, item.name)) for item in inputs)
 
 
-def variables(paths: Paths, job_id: int, inputs: Iterable[DatasetInput]) -> dict[str, str]:
-    """`MLYARD_DATASET_<NAME>` of each input: its tree's absolute path, the same in every replica."""
-    return {dataset_variable(item.name): str(paths.dataset_view(job_id, item.name)) for item in inputs}
+def variables(paths: Paths, job_id: int, spec: JobSpec) -> dict[str, str]:
+    """`MLYARD_DATASET_<NAME>` of each input: its tree's absolute path, the same in every replica;
+    and `MLYARD_OUTPUT_DIR` of a job that writes datasets."""
+    found = {dataset_variable(item.name): str(paths.dataset_view(job_id, item.name)) for item in spec.datasets}
+    if spec.outputs:
+        found["MLYARD_OUTPUT_DIR"] = str(paths.output_directory(job_id))
+    return found
+
+
+def output_directories(paths: Paths, job_id: int, spec: JobSpec) -> tuple[Path, ...]:
+    """The job's own directory its outputs are collected from (`workers/dataset_outputs.py`)."""
+    return (paths.output_directory(job_id),) if spec.outputs else ()
 
 
 def prepare(database: Database, blobs: BlobStore, paths: Paths, job_id: int, inputs: list[DatasetInput]) -> None:
@@ -72,7 +81,7 @@ def build(view: Path, files: Iterable[tuple[str, str]], blobs: BlobStore) -> Non
             os.chmod(directory, 0o555)
         os.rename(partial, view)
     except BaseException:
-        remove(partial)
+        remove_read_only_tree(partial)
         raise
 
 
@@ -86,10 +95,3 @@ def _link_or_copy(source: Path, target: Path) -> None:
         os.chmod(target, 0o444)
 
 
-def remove(tree: Path) -> None:
-    """Deletes a tree whose directories are read-only (the blobs they link stay)."""
-    if not tree.exists():
-        return
-    for directory, _, _ in os.walk(tree):
-        os.chmod(directory, stat.S_IRWXU)
-    shutil.rmtree(tree)

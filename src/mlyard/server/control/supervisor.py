@@ -16,6 +16,8 @@ from mlyard.backends.base import Backend
 from mlyard.server import heap
 from mlyard.server.control.controller import Controller
 from mlyard.server.settings import ServerSettings
+from mlyard.server.workers.dataset_outputs import DatasetOutputs
+from mlyard.server.workers.dataset_views import DatasetViewSweep
 from mlyard.server.workers.environment_builds import EnvironmentBuilds, builder_for
 from mlyard.server.workers.sampling import NodeMonitor
 
@@ -59,6 +61,12 @@ class Supervisor:
         monitor = NodeMonitor.start_for(database, self.backend, self.settings)
         if monitor is not None:
             self.workers.append(monitor)
+        outputs = DatasetOutputs(database, self.settings.paths, self.controller.blobs, self.settings.max_blob_bytes)
+        outputs.start()
+        self.workers.append(outputs)
+        views = DatasetViewSweep(database, self.settings.paths)
+        views.start()
+        self.workers.append(views)
         builder = builder_for(self.backend, self.settings.paths, self.settings.environment_builds,
                               isolate=self.settings.job_isolation == "namespace")
         if builder is not None:

@@ -30,7 +30,7 @@ from mlyard.api.datasets import (
 )
 from mlyard.api.errors import ErrorBody
 from mlyard.server.routers.dependencies import DatabaseDependency, PrincipalDependency
-from mlyard.server.services.datasets import aliases, catalog, claims, registration, sharing, versions
+from mlyard.server.services.datasets import aliases, catalog, claims, registration, removal, sharing, versions
 from mlyard.spec import NAME_PATTERN
 
 router = APIRouter(prefix="/datasets", tags=["datasets"])
@@ -79,6 +79,26 @@ def create_version(project: Project, name: Name, request: VersionRequest, http: 
     if not created.created:
         return JSONResponse(created.model_dump(mode="json"), status_code=status.HTTP_200_OK)
     return created
+
+
+@router.delete(DATASET + "/versions/{version}", status_code=status.HTTP_204_NO_CONTENT,
+               responses={**ERRORS, 409: {"model": ErrorBody}})
+def remove_version(project: Project, name: Name, version: Reference, http: Request, database: DatabaseDependency,
+                   caller: PrincipalDependency) -> Response:
+    """Removes a version (its owner, the project's maintainers): refused while an alias other than
+    `latest` names it, a later version has it as parent, or an unfinished job reads it. The files
+    no other version or code snapshot keeps are deleted."""
+    removal.remove_version(database, http.app.state.blobs, http.app.state.settings.paths, caller, project, name,
+                           version)
+    return Response(status_code=status.HTTP_204_NO_CONTENT)
+
+
+@router.delete(DATASET, status_code=status.HTTP_204_NO_CONTENT, responses={**ERRORS, 409: {"model": ErrorBody}})
+def remove_dataset(project: Project, name: Name, database: DatabaseDependency,
+                   caller: PrincipalDependency) -> Response:
+    """Removes a dataset that has no version left (its owner, the project's maintainers)."""
+    removal.remove_dataset(database, caller, project, name)
+    return Response(status_code=status.HTTP_204_NO_CONTENT)
 
 
 @router.get(DATASET + "/versions", response_model=list[VersionInfo], responses=ERRORS)

@@ -64,7 +64,8 @@ def remove_member(name: ProjectName, user: UserName, database: DatabaseDependenc
 
 @router.get("/{name}/snapshots", response_model=ProjectStorage, responses=ERRORS)
 def project_storage_of(name: ProjectName, database: DatabaseDependency, caller: PrincipalDependency) -> ProjectStorage:
-    """The code snapshots the project keeps, against its storage limit."""
+    """What the project keeps against its storage limit, each blob once: its code snapshots and
+    its datasets (the bytes each keeps), with the total."""
     return project_storage.get_storage(database, caller, name)
 
 

@@ -13,6 +13,7 @@ import time
 from collections.abc import Iterable
 
 from sqlalchemy import select
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import Session
 
 from mlyard.server import auth
@@ -61,3 +62,17 @@ def record_upload(database: Database, principal: auth.Principal, digest: str, si
     with database.transaction() as session:
         insert_if_absent(session, BlobUploaderRow, digest=digest, user_id=principal.user_id, size=size,
                          uploaded_at=time.time())
+
+
+def record_uploads(database: Database, principal: auth.Principal, stored: list[tuple[str, int]]) -> None:
+    """The caller sent the bytes of all these (digest, size): one transaction, one statement
+    run for every row (compiled once), rows already there left as they are."""
+    if principal.user_id is None or not stored:
+        return
+    now = time.time()
+    rows = [{"digest": digest, "user_id": principal.user_id, "size": size, "uploaded_at": now}
+            for digest, size in dict(stored).items()]
+    with database.transaction() as session:
+        table = BlobUploaderRow.__table__
+        insert = postgresql.insert if session.get_bind().dialect.name == "postgresql" else sqlite.insert
+        session.execute(insert(table).on_conflict_do_nothing(index_elements=["digest", "user_id"]), rows)

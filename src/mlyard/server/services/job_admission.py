@@ -94,6 +94,8 @@ class Admission:
         if spec.datasets:
             spec = spec.model_copy(update={"datasets": job_inputs.pin(self.session, self.principal, spec,
                                                                       self.versions)})
+        if spec.outputs:
+            spec = spec.model_copy(update={"outputs": job_inputs.pin_outputs(self.session, self.principal, spec)})
         # The default project's queues are shared; any other queue takes its own project's jobs.
         if queue_project is not None and queue_project not in (projects.DEFAULT_PROJECT, spec.project):
             raise InvalidRequest(f"queue {spec.queue!r} belongs to project {queue_project!r}; a job of project "

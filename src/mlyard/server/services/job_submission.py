@@ -34,7 +34,7 @@ from mlyard.server.services.datasets import job_inputs
 from mlyard.server.services.job_admission import Admission, naming
 from mlyard.server.services.job_views import job_info
 from mlyard.server.store import revisions
-from mlyard.server.store.dataset_rows import DatasetReadRow
+from mlyard.server.store.dataset_rows import DatasetOutputRow, DatasetReadRow
 from mlyard.server.store.db import Database, Rider, riders
 from mlyard.server.store.rows import (
     AttemptRow,
@@ -279,11 +279,9 @@ def _store_requests(database: Database, requests: Sequence[_Request]) -> list[li
                    for spec in request_specs] for request, request_specs in zip(requests, specs)]
         rows = [row for request_values in values for row in request_values]
         _insert_jobs(session, rows)
-        reads = [read for request, request_values, request_specs in zip(requests, values, specs)
-                 for row, spec in zip(request_values, request_specs)
-                 for read in job_inputs.reads(row["id"], spec, admissions[request.caller].versions)]
-        if reads:
-            session.execute(insert(DatasetReadRow.__table__), reads)
+        _insert_lineage(session, [(request.caller, row["id"], spec)
+                                  for request, request_values, request_specs in zip(requests, values, specs)
+                                  for row, spec in zip(request_values, request_specs)], admissions)
         keys = [{"caller": request.caller, "key": item.key, "request_sha256": item.digest, "job_id": row["id"],
                  "created_at": now}
                 for request, request_values in zip(requests, values)
@@ -303,6 +301,16 @@ def _store_requests(database: Database, requests: Sequence[_Request]) -> list[li
         return [[job_info(JobRow(**row, owner=owners.get(request.principal.user_id), attempts=[]), request.principal,
                           now=now, spec=spec) for row, spec in zip(request_values, request_specs)]
                 for request, request_values, request_specs in zip(requests, values, specs)]
+
+
+def _insert_lineage(session: Session, jobs: list[tuple[str, int, JobSpec]], admissions: dict[str, Admission]) -> None:
+    """The versions each job reads and the datasets it will write (`datasets/job_inputs.py`)."""
+    reads = [read for caller, job_id, spec in jobs
+             for read in job_inputs.reads(job_id, spec, admissions[caller].versions)]
+    if reads:
+        session.execute(insert(DatasetReadRow.__table__), reads)
+    if written := [output for _, job_id, spec in jobs for output in job_inputs.outputs(job_id, spec)]:
+        session.execute(insert(DatasetOutputRow.__table__), written)
 
 
 def _insert_events(session: Session, job_ids: list[int], now: float, messages: list[str]) -> None:

@@ -1,10 +1,13 @@
-"""The code a project keeps, against its storage limit.
+"""What a project keeps, against its storage limit.
 
-A snapshot is stored once (content-addressed) but counted once for every project whose jobs
-use it: uploading with `?project=` or submitting a job charges the project the first time,
-and a charge that would take the project past `max_storage_bytes` is refused before anything
-is kept. A maintainer releases a snapshot no unfinished job of the project needs; the blob
-itself goes when no project keeps it.
+One content-addressed store holds code snapshots and dataset files, and a blob is counted once
+for every project that keeps it: the project keeps a snapshot (`project_snapshots`: uploading
+with `?project=` or submitting a job charges the project the first time) or one of its
+datasets' versions has a file with those bytes. A blob both a snapshot and a dataset file of
+the project counts once. Usage is one SQL aggregate over the union of the two (distinct
+digests, each size once), never rows loaded into Python. A charge or a version that would take
+the project past `max_storage_bytes` is refused before anything is kept. A maintainer releases
+a snapshot no unfinished job of the project needs; the blob itself goes when nothing keeps it.
 """
 
 from __future__ import annotations
@@ -12,13 +15,15 @@ from __future__ import annotations
 import logging
 import time
 
-from sqlalchemy import func, select
-from sqlalchemy.orm import Session
+from sqlalchemy import Select, func, literal, select, union_all
+from sqlalchemy.orm import Session, aliased
 
 from mlyard.errors import Conflict, MlyardError, NotFound
-from mlyard.api.projects import ProjectStorage, StoredSnapshot
+from mlyard.api.projects import ProjectStorage, StoredDataset, StoredSnapshot
 from mlyard.server import auth
+from mlyard.server.services import blob_refs
 from mlyard.server.auth import Role
+from mlyard.server.store.dataset_rows import DatasetFileRow, DatasetRow, DatasetVersionRow
 from mlyard.server.store.db import Database, insert_if_absent
 from mlyard.server.store.rows import JobRow, ProjectRow, ProjectSnapshotRow, SnapshotRow
 from mlyard.spec import JobStatus, format_bytes
@@ -33,24 +38,78 @@ class QuotaExceeded(MlyardError):
     code = "quota_exceeded"
 
 
-def used_bytes(session: Session, project: str) -> int:
-    return session.scalar(select(func.coalesce(func.sum(ProjectSnapshotRow.size), 0))
-                          .where(ProjectSnapshotRow.project == project)) or 0
+def _dataset_files(project: str, *, but_version: int | None = None) -> Select:
+    """(digest, size) of every file of the project's datasets' versions (a blob once per
+    file): datasets by project, versions by dataset, files by version, all index prefixes."""
+    query = (select(DatasetFileRow.digest, DatasetFileRow.size)
+             .join(DatasetVersionRow, DatasetVersionRow.id == DatasetFileRow.version_id)
+             .join(DatasetRow, DatasetRow.id == DatasetVersionRow.dataset_id)
+             .where(DatasetRow.project == project))
+    return query if but_version is None else query.where(DatasetFileRow.version_id != but_version)
+
+
+def _sum_once(files) -> Select:
+    """The query for the bytes of the distinct digests of `files` ((digest, size) rows), each once."""
+    listed = files.subquery()
+    blobs = select(listed.c.digest, func.max(listed.c.size).label("size")).group_by(listed.c.digest).subquery()
+    return select(func.coalesce(func.sum(blobs.c.size), 0))
+
+
+def _scalar(session: Session, query) -> int:
+    return int(session.scalar(query) or 0)
+
+
+def used_bytes(session: Session, project: str, *, but_version: int | None = None) -> int:
+    """What the project keeps (without the files of version `but_version`), each blob once."""
+    snapshots = select(ProjectSnapshotRow.digest, ProjectSnapshotRow.size).where(ProjectSnapshotRow.project == project)
+    return _scalar(session, _sum_once(union_all(snapshots, _dataset_files(project, but_version=but_version))))
+
+
+def _new_bytes(session: Session, project: str, files: Select, *, but_version: int | None = None) -> int:
+    """Bytes of the distinct blobs of `files` ((digest, size) of dataset files) that the project
+    keeps no other way: neither as a snapshot nor in a version other than `but_version`. One
+    index lookup by digest per new blob."""
+    listed = files.subquery()
+    blobs = select(listed.c.digest, func.max(listed.c.size).label("size")).group_by(listed.c.digest).subquery()
+    other = aliased(DatasetFileRow)
+    in_datasets = (select(literal(1)).select_from(other)
+                   .join(DatasetVersionRow, DatasetVersionRow.id == other.version_id)
+                   .join(DatasetRow, DatasetRow.id == DatasetVersionRow.dataset_id)
+                   .where(other.digest == blobs.c.digest, DatasetRow.project == project))
+    if but_version is not None:
+        in_datasets = in_datasets.where(other.version_id != but_version)
+    in_snapshots = select(literal(1)).where(ProjectSnapshotRow.project == project,
+                                            ProjectSnapshotRow.digest == blobs.c.digest)
+    return _scalar(session, select(func.coalesce(func.sum(blobs.c.size), 0))
+                   .where(~in_datasets.exists(), ~in_snapshots.exists()))
+
+
+def _limit(session: Session, project: str) -> int | None:
+    """The project's storage limit, its row locked when it has one, so that charges and
+    versions in flight add up (FOR NO KEY UPDATE: rows naming the project are not held up)."""
+    if session.scalar(select(ProjectRow.max_storage_bytes).where(ProjectRow.name == project)) is None:
+        return None
+    row = session.get(ProjectRow, project, with_for_update={"key_share": True}, populate_existing=True)
+    return row.max_storage_bytes if row is not None else None
+
+
+def _kept_by_datasets(session: Session, project: str, digest: str) -> bool:
+    return session.scalar(_dataset_files(project).where(DatasetFileRow.digest == digest).limit(1)) is not None
 
 
 def check_room(session: Session, project: str, digest: str, size: int, *, field: str) -> bool:
-    """Whether `project` already keeps `digest`; raises QuotaExceeded if keeping it too would
-    take the project past its limit. Locks the project's row, so charges in flight add up."""
+    """Whether `project` already keeps `digest` as a snapshot; raises QuotaExceeded if keeping it
+    too would take the project past its limit (bytes it keeps through a dataset already count).
+    Locks the project's row, so charges in flight add up."""
     if session.get(ProjectSnapshotRow, (project, digest)) is not None:
         return True
-    row = session.get(ProjectRow, project, with_for_update=True, populate_existing=True)
-    limit = row.max_storage_bytes if row is not None else None
-    if limit is not None:
+    limit = _limit(session, project)
+    if limit is not None and not _kept_by_datasets(session, project, digest):
         used = used_bytes(session, project)
         if used + size > limit:
             raise QuotaExceeded(
-                f"project {project!r} keeps {format_bytes(used)} of code of its {format_bytes(limit)} storage "
-                f"limit; this snapshot needs {format_bytes(size)} more (`mlyard projects storage {project}` lists "
+                f"project {project!r} keeps {format_bytes(used)} of its {format_bytes(limit)} storage limit; "
+                f"this snapshot needs {format_bytes(size)} more (`mlyard projects storage {project}` shows "
                 "what it keeps; a maintainer can release old code)", field=field)
     return False
 
@@ -65,11 +124,63 @@ def charge(session: Session, project: str, digest: str, size: int, *, field: str
                      last_used_at=now)
 
 
+def check_version(session: Session, project: str, version_id: int, total_bytes: int) -> None:
+    """Raises QuotaExceeded if the version just inserted (its files flushed, `total_bytes` in
+    all) takes the project past its limit: only blobs the project kept no other way count."""
+    limit = _limit(session, project)
+    if limit is None:
+        return
+    used = used_bytes(session, project, but_version=version_id)
+    if used + total_bytes <= limit:  # an upper bound: most versions need no closer look
+        return
+    files = select(DatasetFileRow.digest, DatasetFileRow.size).where(DatasetFileRow.version_id == version_id)
+    added = _new_bytes(session, project, files, but_version=version_id)
+    if used + added > limit:
+        raise QuotaExceeded(
+            f"project {project!r} keeps {format_bytes(used)} of its {format_bytes(limit)} storage limit; this "
+            f"version adds {format_bytes(added)} it does not keep yet (`mlyard projects storage {project}` shows "
+            "what it keeps)")
+
+
+def check_move(session: Session, dataset: DatasetRow, project: str, *, field: str) -> None:
+    """Raises QuotaExceeded if taking `dataset` (all its versions) on would take `project` past
+    its limit."""
+    if project == dataset.project:
+        return
+    limit = _limit(session, project)
+    if limit is None:
+        return
+    used = used_bytes(session, project)
+    files = (select(DatasetFileRow.digest, DatasetFileRow.size)
+             .join(DatasetVersionRow, DatasetVersionRow.id == DatasetFileRow.version_id)
+             .where(DatasetVersionRow.dataset_id == dataset.id))
+    added = _new_bytes(session, project, files)
+    if used + added > limit:
+        raise QuotaExceeded(
+            f"project {project!r} keeps {format_bytes(used)} of its {format_bytes(limit)} storage limit; dataset "
+            f"{dataset.project}/{dataset.name} would add {format_bytes(added)} it does not keep yet", field=field)
+
+
 def _visible_project(session: Session, principal: auth.Principal, name: str) -> ProjectRow:
     row = session.get(ProjectRow, name)
     if row is None or not auth.may_read_project(principal, name):
         raise NotFound(f"project {name!r} does not exist", field="name")
     return row
+
+
+def _datasets(session: Session, project: str) -> list[StoredDataset]:
+    """Each dataset of the project with its versions and the bytes of its distinct blobs."""
+    files = (select(DatasetVersionRow.dataset_id, DatasetFileRow.digest, func.max(DatasetFileRow.size).label("size"))
+             .join(DatasetVersionRow, DatasetVersionRow.id == DatasetFileRow.version_id)
+             .join(DatasetRow, DatasetRow.id == DatasetVersionRow.dataset_id).where(DatasetRow.project == project)
+             .group_by(DatasetVersionRow.dataset_id, DatasetFileRow.digest).subquery())
+    sizes = dict(session.execute(select(files.c.dataset_id, func.sum(files.c.size)).group_by(files.c.dataset_id)).all())
+    versions = (select(func.count()).select_from(DatasetVersionRow)
+                .where(DatasetVersionRow.dataset_id == DatasetRow.id).scalar_subquery())
+    rows = session.execute(select(DatasetRow.id, DatasetRow.name, versions)
+                           .where(DatasetRow.project == project).order_by(DatasetRow.name)).all()
+    return [StoredDataset(name=name, versions=versions, bytes=int(sizes.get(dataset_id) or 0))
+            for dataset_id, name, versions in rows]
 
 
 def _storage(session: Session, row: ProjectRow) -> ProjectStorage:
@@ -83,11 +194,14 @@ def _storage(session: Session, row: ProjectRow) -> ProjectStorage:
     kept = session.scalars(select(ProjectSnapshotRow).where(ProjectSnapshotRow.project == row.name)
                            .order_by(ProjectSnapshotRow.last_used_at.desc(), ProjectSnapshotRow.digest)).all()
     return ProjectStorage(
-        project=row.name, used_bytes=sum(snapshot.size for snapshot in kept), limit_bytes=row.max_storage_bytes,
+        project=row.name, used_bytes=used_bytes(session, row.name), limit_bytes=row.max_storage_bytes,
+        snapshots_bytes=sum(snapshot.size for snapshot in kept),
+        datasets_bytes=_scalar(session, _sum_once(_dataset_files(row.name))),
         snapshots=[StoredSnapshot(digest=snapshot.digest, size=snapshot.size, jobs=jobs.get(snapshot.digest, 0),
                                   unfinished_jobs=unfinished.get(snapshot.digest, 0),
                                   first_used_at=snapshot.first_used_at, last_used_at=snapshot.last_used_at)
-                   for snapshot in kept])
+                   for snapshot in kept],
+        datasets=_datasets(session, row.name))
 
 
 def get_storage(database: Database, principal: auth.Principal, name: str) -> ProjectStorage:
@@ -100,7 +214,7 @@ def release(database: Database, blobs: BlobStore, principal: auth.Principal, nam
             digest: str) -> ProjectStorage:
     """Stops counting `digest` for the project (its maintainers). Finished jobs keep their
     record; resubmitting one needs the code uploaded again."""
-    with database.transaction() as session:
+    with blob_refs.Removal(blobs) as removal, database.transaction() as session:
         row = _visible_project(session, principal, name)
         auth.require_role(principal, name, Role.MAINTAINER, f"release code of project {name!r}")
         kept = session.get(ProjectSnapshotRow, (name, digest))
@@ -122,8 +236,9 @@ def release(database: Database, blobs: BlobStore, principal: auth.Principal, nam
             snapshot = session.get(SnapshotRow, digest)
             if snapshot is not None:
                 session.delete(snapshot)
+            # The blob goes unless a dataset version holds the same bytes.
+            removal.take(session, [digest])
         storage = _storage(session, row)
-    if orphan:
-        blobs.remove(digest)
+    if removal.removed:
         log.info("snapshot %s removed: no project keeps it", digest[:12])
     return storage

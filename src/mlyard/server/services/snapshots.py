@@ -18,7 +18,7 @@ from mlyard.errors import InvalidRequest, MlyardError, NotFound, PayloadTooLarge
 from mlyard.server import auth
 from mlyard.server.store.db import Database, insert_if_absent
 from mlyard.server.store.rows import ProjectSnapshotRow, SnapshotRow, SnapshotUploaderRow
-from mlyard.server.services import project_storage, projects
+from mlyard.server.services import blob_refs, project_storage, projects
 from mlyard.storage import (
     DEFAULT_MAX_SNAPSHOT_BYTES,
     BlobStore,
@@ -84,10 +84,8 @@ def store_snapshot(
                 auth.require_role(principal, project, auth.Role.MEMBER, f"add code to project {project!r}")
                 project_storage.charge(session, project, digest, size, field="project")
     except MlyardError:
-        with database.transaction() as session:
-            known = session.get(SnapshotRow, digest) is not None
-        if not known:  # stored just now for nobody
-            store.remove(digest)
+        with blob_refs.Removal(store) as removal, database.transaction() as session:
+            removal.take(session, [digest])  # stored just now for nobody, unless a dataset has the same bytes
         raise
     return SnapshotInfo(digest=digest, size=size)
 

@@ -177,3 +177,23 @@ class DatasetReadRow(Base):
 
     version_id: Mapped[int] = mapped_column(ForeignKey("dataset_versions.id", ondelete="CASCADE"), primary_key=True)
     job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True, index=True)
+
+
+class DatasetOutputRow(Base):
+    """A dataset a job writes (its spec's `outputs`, in order): `pending` until the job ends,
+    then `stored` (a new version), `unchanged` (the files of the version before), `skipped` (the
+    job did not succeed) or `failed` (why in `message`)."""
+
+    __tablename__ = "dataset_outputs"
+    __table_args__ = (Index("ix_dataset_outputs_state", "state"),)
+
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True)
+    position: Mapped[int] = mapped_column(Integer, primary_key=True)
+    project: Mapped[str] = mapped_column(String(63))
+    dataset: Mapped[str] = mapped_column(String(63))
+    path: Mapped[str] = mapped_column(String(255), default="")
+    """The folder of the job's output directory; empty: all of it."""
+    state: Mapped[str] = mapped_column(String(16), default="pending")
+    version_id: Mapped[int | None] = mapped_column(ForeignKey("dataset_versions.id", ondelete="SET NULL"),
+                                                   nullable=True)
+    message: Mapped[str] = mapped_column(Text, default="")

@@ -2,8 +2,9 @@
 (`registration.py`) for one of the caller's projects; an administrator decides. A **transfer** is
 asked by a dataset's owner (or its project's maintainers) for another project or owner; the
 receiving project's maintainers decide (administrators hold that role everywhere), since it is
-that project that takes the data on. Approving moves the dataset with its versions and aliases;
-a grant the receiving project held is dropped, being its own data now."""
+that project that takes the data on. Approving moves the dataset with its versions and aliases
+(refused with quota_exceeded if its blobs would take the receiving project past its storage
+limit); a grant the receiving project held is dropped, being its own data now."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from sqlalchemy.orm import Session
 from mlyard.api.datasets import ClaimCreate, ClaimInfo, TransferCreate
 from mlyard.errors import Conflict, Forbidden, InvalidRequest, NotFound
 from mlyard.server import auth
+from mlyard.server.services import project_storage
 from mlyard.server.services.datasets import access
 from mlyard.server.store.dataset_rows import DatasetClaimRow, DatasetGrantRow, DatasetRow
 from mlyard.server.store.db import Database
@@ -147,6 +149,7 @@ def decide(database: Database, principal: auth.Principal, claim_id: int, *, appr
             if row.kind == CLAIM and dataset.owner_id is not None:
                 raise Conflict(f"dataset {dataset.project}/{dataset.name} was claimed meanwhile", field="claim_id")
             _no_clash(session, dataset, row.to_project)
+            project_storage.check_move(session, dataset, row.to_project, field="claim_id")  # its limit
             session.execute(delete(DatasetGrantRow).where(DatasetGrantRow.dataset_id == dataset.id,
                                                           DatasetGrantRow.project == row.to_project))
             dataset.project, dataset.owner_id, dataset.updated_at = row.to_project, row.to_user_id, now

@@ -1,5 +1,5 @@
 """The dataset versions a job reads: pinned when it is submitted, recorded as its lineage, and
-read back when it starts.
+read back when it starts; and the datasets it writes, checked when it is submitted.
 
 A job names `datasets: [{name, version}]` with a version or an alias. Submission resolves each
 to a version the submitter may read and stores the version and its fingerprint in the job's
@@ -20,7 +20,7 @@ from mlyard.errors import InvalidRequest, MlyardError
 from mlyard.server import auth
 from mlyard.server.services.datasets import access, aliases
 from mlyard.server.store.dataset_rows import DatasetFileRow, DatasetRow, DatasetVersionRow
-from mlyard.spec import DatasetInput, JobSpec
+from mlyard.spec import DatasetInput, DatasetOutput, JobSpec
 
 
 @dataclass(frozen=True)
@@ -64,6 +64,31 @@ def reads(job_id: int, spec: JobSpec, cache: dict[tuple[str, str, str], DatasetV
     """The `dataset_reads` rows of a job whose spec `pin` pinned with this cache."""
     return [{"version_id": cache[(item.project, item.name, item.version)].id, "job_id": job_id}
             for item in spec.datasets]
+
+
+def pin_outputs(session: Session, principal: auth.Principal, spec: JobSpec) -> list[DatasetOutput]:
+    """The job's outputs with their project filled in, once the submitter may add versions to
+    each (a member of its project); a dataset that does not exist yet is made when the job succeeds."""
+    pinned = []
+    for index, item in enumerate(spec.outputs):
+        project = item.project or spec.project
+        try:
+            auth.require_role(principal, project, auth.Role.MEMBER, f"write dataset {project}/{item.dataset}")
+            if session.scalar(select(DatasetRow.id).where(DatasetRow.project == project,
+                                                          DatasetRow.name == item.dataset)) is not None:
+                access.seen(session, principal, project, item.dataset)
+        except MlyardError as error:
+            error.field = f"outputs.{index}.{error.field or 'dataset'}"
+            raise
+        pinned.append(item.model_copy(update={"project": project}))
+    return pinned
+
+
+def outputs(job_id: int, spec: JobSpec) -> list[dict]:
+    """The `dataset_outputs` rows of a job, `pending` until it ends."""
+    return [{"job_id": job_id, "position": position, "project": item.project, "dataset": item.dataset,
+             "path": item.path or "", "state": "pending", "message": ""}
+            for position, item in enumerate(spec.outputs)]
 
 
 def version_ids(session: Session, inputs: list[DatasetInput]) -> list[int]:

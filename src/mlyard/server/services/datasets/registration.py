@@ -35,7 +35,7 @@ def _refuse(message: str) -> InvalidRequest:
     return InvalidRequest(message, field="path")
 
 
-def _inside(path: str, roots: list[str]) -> bool:
+def inside(path: str, roots: list[str]) -> bool:
     return any(path == root or path.startswith(root.rstrip("/") + "/") for root in roots)
 
 
@@ -46,14 +46,14 @@ def check_directory(path: str, roots: list[str]) -> str:
     if ".." in PurePosixPath(path).parts:
         raise _refuse(f"{path!r} holds '..'; give the directory's own path")
     real = os.path.realpath(path)
-    if not _inside(real, roots):
+    if not inside(real, roots):
         raise _refuse(f"{path} is not under the data roots ({':'.join(roots)})")
     if not os.path.isdir(real):
         raise _refuse(f"{path} is not a directory")
     return real
 
 
-def _scan(directory: str, roots: list[str]) -> list[tuple[str, str]]:
+def scan_files(directory: str, roots: list[str]) -> list[tuple[str, str]]:
     """(relative path, real path) of every file under `directory`, each checked."""
     found: list[tuple[str, str]] = []
 
@@ -70,7 +70,7 @@ def _scan(directory: str, roots: list[str]) -> list[tuple[str, str]]:
             full = os.path.join(folder, name)
             relative = os.path.relpath(full, directory)
             real = os.path.realpath(full)
-            if not _inside(real, roots):
+            if not inside(real, roots):
                 raise _refuse(f"{relative} leads outside the data roots (to {real})")
             try:
                 mode = os.stat(real).st_mode
@@ -84,12 +84,16 @@ def _scan(directory: str, roots: list[str]) -> list[tuple[str, str]]:
     return found
 
 
-def _hash(store: BlobStore, relative: str, real: str, max_bytes: int) -> tuple[str, int]:
+def _hash(store: BlobStore, relative: str, real: str, max_bytes: int, roots: list[str]) -> tuple[str, int]:
     try:
         descriptor = os.open(real, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError as error:
         raise _refuse(f"{relative} cannot be opened: {error.strerror}") from error
     with os.fdopen(descriptor, "rb") as source:
+        # A folder of its path swapped for a link since the scan (a job's process left behind)
+        # would have led the open elsewhere: what was opened must still lie under the roots.
+        if not inside(os.readlink(f"/proc/self/fd/{descriptor}"), roots):
+            raise _refuse(f"{relative} moved out of the folder while it was being read")
         if not stat.S_ISREG(os.fstat(source.fileno()).st_mode):
             raise _refuse(f"{relative} changed into something other than a regular file")
         try:
@@ -98,10 +102,13 @@ def _hash(store: BlobStore, relative: str, real: str, max_bytes: int) -> tuple[s
             raise _refuse(f"{relative}: {error}") from error
 
 
-def _entries(store: BlobStore, files: list[tuple[str, str]], max_bytes: int) -> list[manifests.Entry]:
+def store_files(store: BlobStore, files: list[tuple[str, str]], max_bytes: int,
+                roots: list[str]) -> list[manifests.Entry]:
+    """Copies each file of `scan_files` into the store; the version's entries, checked as a
+    pushed manifest's are."""
     listed = []
     for relative, real in files:
-        digest, size = _hash(store, relative, real, max_bytes)
+        digest, size = _hash(store, relative, real, max_bytes, roots)
         listed.append({"path": relative, "sha256": digest, "size": size})
     try:  # the very checks a pushed manifest passes: these paths reach replicas the same way
         return manifests.parse(json.dumps({"files": listed}).encode())
@@ -119,7 +126,8 @@ def register(database: Database, store: BlobStore, principal: auth.Principal, ro
         if session.scalar(select(DatasetRow.id).where(DatasetRow.project == request.project,
                                                       DatasetRow.name == request.name)) is not None:
             raise Conflict(f"dataset {request.project}/{request.name} exists", field="name")
-    entries = _entries(store, _scan(directory, real_roots), max_bytes)  # reads files: outside any transaction
+    # Reads files: outside any transaction.
+    entries = store_files(store, scan_files(directory, real_roots), max_bytes, real_roots)
     figures = manifests.statistics(entries, store.path_for)
     now = time.time()
     with database.transaction() as session:
@@ -132,6 +140,7 @@ def register(database: Database, store: BlobStore, principal: auth.Principal, ro
                              created_at=now, updated_at=now)
         session.add(dataset)
         session.flush()
-        versions.add_version(session, principal, dataset, number=1, parent=None,
-                             message=f"registered from {request.path}", entries=entries, figures=figures)
+        versions.add_version(session, store, dataset, number=1, parent=None,
+                             message=f"registered from {request.path}", entries=entries, figures=figures,
+                             created_by=principal.user_id, by=principal.name)
         return catalog.info(session, principal, dataset)

@@ -25,7 +25,7 @@ from mlyard.api.datasets import (
 )
 from mlyard.errors import InvalidRequest, NotFound
 from mlyard.server import auth
-from mlyard.server.services import blobs
+from mlyard.server.services import blob_refs, blobs, project_storage
 from mlyard.server.services.datasets import access, aliases, manifests
 from mlyard.server.store.dataset_rows import (
     DatasetAliasRow,
@@ -103,18 +103,21 @@ def create_version(database: Database, store: BlobStore, principal: auth.Princip
         dataset = access.writable(session, principal, project, name)
         number = (session.scalar(select(func.max(DatasetVersionRow.number))
                                  .where(DatasetVersionRow.dataset_id == dataset.id)) or 0) + 1
-        row = add_version(session, principal, dataset, number=number, parent=parent, message=request.message,
-                          entries=entries, figures=figures, source_job=source_job)
+        row = add_version(session, store, dataset, number=number, parent=parent, message=request.message,
+                          entries=entries, figures=figures, created_by=principal.user_id, by=principal.name,
+                          source_job=source_job)
         return VersionCreated(version=info(session, dataset, row), created=True)
 
 
-def add_version(session: Session, principal: auth.Principal, dataset: DatasetRow, *, number: int,
+def add_version(session: Session, store: BlobStore, dataset: DatasetRow, *, number: int,
                 parent: DatasetVersionRow | None, message: str, entries: list[manifests.Entry], figures: dict,
-                source_job: int | None = None) -> DatasetVersionRow:
-    """Inserts a checked version with its files; `latest` moves to it."""
+                created_by: int | None, by: str, source_job: int | None = None) -> DatasetVersionRow:
+    """Inserts a checked version with its files; `latest` moves to it (a move `by` whom).
+    QuotaExceeded if the blobs its project does not keep yet take it past its storage limit."""
+    blob_refs.keep(session, store, [entry.digest for entry in entries])  # none removed meanwhile
     now = time.time()
     row = DatasetVersionRow(dataset_id=dataset.id, number=number, parent_id=parent.id if parent else None,
-                            message=message, created_by=principal.user_id, created_at=now,
+                            message=message, created_by=created_by, created_at=now,
                             fingerprint=manifests.fingerprint([(entry.path, entry.digest) for entry in entries]),
                             file_count=len(entries), total_bytes=sum(entry.size for entry in entries),
                             statistics=figures, source_job_id=source_job)
@@ -124,7 +127,9 @@ def add_version(session: Session, principal: auth.Principal, dataset: DatasetRow
                "media_type": entry.media_type} for entry in entries]
     for start in range(0, len(values), _INSERT_CHUNK):
         session.execute(insert(DatasetFileRow.__table__), values[start:start + _INSERT_CHUNK])
-    aliases.move(session, dataset, LATEST, row, principal.name)
+    # Past the project's storage limit: refused, and the rollback leaves nothing.
+    project_storage.check_version(session, dataset.project, row.id, row.total_bytes)
+    aliases.move(session, dataset, LATEST, row, by)
     dataset.updated_at = now
     session.flush()
     return row
