@@ -12,7 +12,7 @@ Each round pushes to a dataset of its own and a server of its own, so a round's 
 finds an empty store. Figures are medians of the rounds. MiB/s and files/s are of the data
 pushed or copied.
 
-Reading a version inside a job is not measured yet: jobs do not read dataset versions yet.
+Reading a version inside a job is measured by `bench/dataset_reads.py`.
 
 Targets: the first push within 2× of `tar` (hashing included); the push again under 5% of the
 first push's time, uploading no file. Exits 1 when a target is missed.

@@ -130,3 +130,17 @@ def test_a_big_blob_is_handed_to_the_disk_as_it_arrives(tmp_path: Path, monkeypa
                                                            expected_digest=hashlib.sha256(content).hexdigest())
     assert (size, started) == (512, [(0, 150), (150, 150), (300, 212)])
     assert BlobStore(tmp_path / "blobs").path_for(digest).read_bytes() == content
+
+
+def test_a_packed_blob_is_readable_by_all_under_the_servers_umask(tmp_path: Path, way: str) -> None:
+    """The server runs with umask 077; job accounts and containers read blobs through the
+    hard links of a dataset version, so a blob is 0444 whatever the umask."""
+    import os
+
+    store = BlobStore(tmp_path / "blobs")
+    previous = os.umask(0o077)
+    try:
+        [(digest, _)] = read_members(store, [encode([member(b"shown to a job")])], **LIMITS)
+    finally:
+        os.umask(previous)
+    assert store.path_for(digest).stat().st_mode & 0o777 == 0o444

@@ -61,7 +61,8 @@ COMMANDS: dict[str, Entry] = {
     "projects": Entry("mlyard.cli.projects", "projects_app",
                       "Projects: who may see and do what (viewer, member, maintainer), and their limits."),
     "datasets": Entry("mlyard.cli.datasets", "datasets_app", "Datasets: versioned files of a project that jobs "
-                      "read; push a directory, pull a version, compare versions, move aliases."),
+                      "read and write; push a directory or archive, pull a version, compare versions, move "
+                      "aliases, share, remove."),
     "env": Entry("mlyard.cli.environments", "env_app", "Environments: a base image plus apt and pip packages, built "
                  "once per content; jobs name one with `environment: NAME`."),
 }

@@ -29,8 +29,8 @@ if TYPE_CHECKING:
     from mlyard.api.datasets import VersionCreated
     from mlyard.client.datasets import PushPlan
 
-datasets_app = typer.Typer(help="Datasets: versioned files of a project that jobs read; push a directory or archive, "
-                                "pull a version, compare versions, move aliases.")
+datasets_app = typer.Typer(help="Datasets: versioned files of a project that jobs read and write; push a directory or "
+                                "archive, pull a version, compare versions, move aliases, share, remove.")
 DatasetArgument = Annotated[str, typer.Argument(help="NAME or PROJECT/NAME", metavar="DATASET")]
 VersionedArgument = Annotated[str, typer.Argument(help="[PROJECT/]NAME[:VERSION or ALIAS] (default: latest)",
                                                   metavar="DATASET[:VERSION]")]

@@ -114,6 +114,7 @@ class BlobStore:
             except FileNotFoundError:
                 self.temporary_directory.mkdir(parents=True, exist_ok=True)
         try:
+            os.fchmod(descriptor, 0o444)  # the umask (077 on a server) would close it to jobs' accounts
             view = memoryview(content)
             while view:
                 view = view[os.write(descriptor, view):]

@@ -41,9 +41,14 @@ def test_the_supervisor_runs_the_controller_and_says_what_it_adopted(tmp_path: P
     controller = Controller(database=database, backend=backend, settings=settings, blobs=BlobStore(tmp_path / "b"))
     supervisor = Supervisor(controller, backend=backend, settings=settings)
     supervisor.start()
+    workers = list(supervisor.workers)
     try:
-        assert controller.running and supervisor.adopted == 0 and supervisor.workers == []
+        assert controller.running and supervisor.adopted == 0
+        # What every backend's jobs need: their datasets' outputs collected, their trees swept.
+        assert [type(worker).__name__ for worker in workers] == ["DatasetOutputs", "DatasetViewSweep"]
+        assert all(worker._loop.alive for worker in workers)
     finally:
         supervisor.stop()
-    assert not controller.running
+    assert not controller.running and supervisor.workers == []
+    assert not any(worker._loop.alive for worker in workers)
     database.close()

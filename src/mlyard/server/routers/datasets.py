@@ -41,7 +41,9 @@ NO_NUL = r"^[^\x00]*$"
 """PostgreSQL holds no NUL in text, not even to compare with: such a parameter is a 422."""
 Reference = Annotated[str, Path(pattern=REFERENCE, description="vN or an alias (latest, …)")]
 Alias = Annotated[str, Path(pattern=ALIAS_PATTERN)]
-ERRORS = {401: {"model": ErrorBody}, 403: {"model": ErrorBody}, 404: {"model": ErrorBody}, 422: {"model": ErrorBody}}
+# 413: any body past MLYARD_MAX_REQUEST_BYTES (a description may hold 100,000 characters).
+ERRORS = {401: {"model": ErrorBody}, 403: {"model": ErrorBody}, 404: {"model": ErrorBody}, 413: {"model": ErrorBody},
+          422: {"model": ErrorBody}}
 DATASET = "/{project}/{name}"
 
 
