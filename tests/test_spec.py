@@ -380,6 +380,8 @@ def test_active_statuses_are_those_with_processes() -> None:
     ([{"name": "digits", "path": "/abs"}], "not a relative path of plain names"),
     ([{"name": "digits", "path": ".git"}], "not a relative path of plain names"),
     ([{"name": "digits", "version": "V2"}], "datasets.0.version"),
+    ([{"name": "digits", "version": "v1; rm"}], "datasets.0.version"),
+    ([{"name": "digits", "version": "x!!latest"}], "datasets.0.version"),
     ([{"name": "digits"}, {"name": "digits", "project": "other", "path": "x"}], "digits named twice"),
     ([{"name": "a", "path": "data"}, {"name": "b", "path": "data/b"}], "'data/b' lies in 'data'"),
     ([{"name": "a", "fingerprint": "abc"}], "datasets.0.fingerprint"),

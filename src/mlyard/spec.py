@@ -245,7 +245,7 @@ class DatasetInput(_Strict):
     project: str | None = Field(
         default=None, pattern=NAME_PATTERN, description="the dataset's project (default: the job's)")
     version: str = Field(
-        default="latest", pattern=f"{VERSION_PATTERN[:-1]}|{ALIAS_PATTERN[1:]}",
+        default="latest", pattern=f"^({VERSION_PATTERN[1:-1]}|{ALIAS_PATTERN[1:-1]})$",
         description="a version (v2) or an alias (latest, production); the server resolves an alias at "
         "submission and stores the version, so a restart or a resubmission reads the same files")
     path: str | None = Field(
