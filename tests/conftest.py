@@ -110,7 +110,9 @@ def stop_server(server: RunningServer) -> None:
 def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
     """One server per database for the session's end-to-end tests (2 CPUs offered, 3 s stop
     grace); pytest runs the tests of one database, then stops its server before the next."""
-    running = start_server(tmp_path_factory.mktemp(f"mlyard-home-{request.param}"), database=request.param)
+    # Volumes measured every second: a test sees a write past a quota at once.
+    running = start_server(tmp_path_factory.mktemp(f"mlyard-home-{request.param}"), database=request.param,
+                           MLYARD_VOLUME_SCAN_INTERVAL="1")
     yield running
     stop_server(running)
 

@@ -17,6 +17,7 @@ from mlyard.spec import (
     dataset_variable,
     parse_duration,
     parse_memory,
+    volume_variable,
 )
 
 
@@ -409,3 +410,29 @@ def test_a_dataset_input_defaults_to_latest_under_data() -> None:
         {"name": "my-digits"}, {"name": "b", "path": "/inputs/b/"[1:]}]}).datasets
     assert (item[0].version, item[0].directory, item[1].directory) == ("latest", "data/my-digits", "inputs/b")
     assert dataset_variable("my-digits") == "MLYARD_DATASET_MY_DIGITS"
+
+
+@pytest.mark.parametrize("volumes, datasets, says", [
+    ([{"name": "s", "path": "/etc/cron.d"}], [], "outside the system's directories"),
+    ([{"name": "s", "path": "/usr"}], [], "outside the system's directories"),
+    ([{"name": "s", "path": "/scratch/../etc"}], [], "volumes.0.path"),
+    ([{"name": "s", "path": "//scratch"}], [], "volumes.0.path"),
+    ([{"name": "s", "path": "/"}], [], "volumes.0.path"),
+    ([{"name": "s", "path": "cache/../../up"}], [], "not a relative path of plain names"),
+    ([{"name": "s"}, {"name": "s", "path": "other"}], [], "s mounted twice"),
+    ([{"name": "s", "path": "/scratch"}, {"name": "t", "path": "/scratch/t"}], [], "'/scratch/t' lies in '/scratch'"),
+    ([{"name": "s", "path": "data"}], [{"name": "digits"}], "'data/digits' lies in 'data'"),
+])
+def test_volume_mounts_that_would_collide_or_cover_the_system_are_refused(volumes: list, datasets: list,
+                                                                           says: str) -> None:
+    with pytest.raises(ValidationError) as refused:
+        JobSpec.model_validate({"name": "j", "command": ["true"], "volumes": volumes, "datasets": datasets})
+    assert says in str(refused.value)
+
+
+def test_a_volume_mounts_under_volumes_unless_it_names_a_path() -> None:
+    mounted = JobSpec.model_validate({"name": "j", "command": ["true"], "volumes": [
+        {"name": "scratch"}, {"name": "shared", "project": "other", "path": "/data/shared/"}]}).volumes
+    assert [(item.directory, item.absolute) for item in mounted] == [("volumes/scratch", False),
+                                                                     ("/data/shared", True)]
+    assert volume_variable("my-cache") == "MLYARD_VOLUME_MY_CACHE"

@@ -76,6 +76,11 @@ class Paths:
         return self.home / "outputs" / str(job_id)
 
     @property
+    def volumes(self) -> Path:
+        """The local backend's volumes, one directory per claim (`backends/local/volumes.py`)."""
+        return self.home / "volumes"
+
+    @property
     def dataset_views(self) -> Path:
         return self.home / "dataset-views"
 

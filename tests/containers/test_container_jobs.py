@@ -236,25 +236,32 @@ def test_an_environment_is_built_once_as_an_image_and_jobs_run_in_it(container_s
         server.cli("env", "rm", environment, check=True)
 
 
-def test_a_container_job_reads_a_dataset_version_it_cannot_change(container_server: RunningServer, code: Path,
-                                                                  tmp_path: Path) -> None:
+def test_a_container_job_reads_a_dataset_version_it_cannot_change_and_writes_a_volume_at_its_mount_point(
+        container_server: RunningServer, code: Path, tmp_path: Path) -> None:
     folder = tmp_path / "labels"
     (folder / "train").mkdir(parents=True)
     (folder / "train" / "a.txt").write_text("cat\n")
     container_server.cli_json("datasets", "push", "labels", str(folder))
+    volume = container_server.cli_json("volumes", "create", "cache", "--size", "1Mi")
     reader = ("import os; root = os.environ['MLYARD_DATASET_LABELS']; "
               "print('READ', open('data/labels/train/a.txt').read().strip(), os.path.samefile(root, 'data/labels'))\n"
               "try:\n    open('data/labels/train/a.txt', 'w').write('dog')\nexcept OSError as error:\n"
-              "    print('REFUSED', error.__class__.__name__)\n")
+              "    print('REFUSED', error.__class__.__name__)\n"
+              "open('/scratch/seen.txt', 'w').write('written in the container')\n"
+              "print('VOLUME', os.environ['MLYARD_VOLUME_CACHE'])\n")
     (code / "labels.py").write_text(reader)
     spec = tmp_path / "job.yaml"
     spec.write_text(json.dumps({"name": "labels", "command": ["python3", "labels.py"], "image": IMAGE,
-                                "datasets": [{"name": "labels"}]}))
+                                "datasets": [{"name": "labels"}], "volumes": [{"name": "cache", "path": "/scratch"}]}))
     job = container_server.cli_json("submit", str(spec), "--context", str(code))
     detail = wait_status(container_server, job["id"], {"SUCCEEDED", "FAILED", "CANCELLED"})
     log = log_of(container_server, job["id"])
     assert detail["status"] == "SUCCEEDED", (detail["message"], log)
     assert "READ cat True" in log and "REFUSED" in log, log
+    assert "VOLUME /scratch" in log, log
+    [kept] = [path for path in (container_server.home / "volumes").iterdir() if not path.name.startswith(".")]
+    assert (kept / "seen.txt").read_text() == "written in the container"
+    assert volume["enforcement"] is None  # no CephFS here: measured by the server
     pulled = tmp_path / "pulled"
     container_server.cli("datasets", "pull", "labels:v1", str(pulled), check=True)
     assert (pulled / "train" / "a.txt").read_text() == "cat\n"

@@ -4,7 +4,7 @@ fails the test, so a new route cannot ship unclassified.
 
 Callers: anonymous; `outsider`, a member of another project; `viewer`, `member` and
 `maintainer` of project P; the administrator. P holds a job of `member`'s, and datasets
-`member` owns. (A job token's reach is tests/security/test_job_token_reach.py's.)
+and volumes `member` made. (A job token's reach is tests/security/test_job_token_reach.py's.)
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ PROJECT_READERS = frozenset({"viewer", "member", "maintainer", "admin"})
 PROJECT_WRITERS = frozenset({"member", "maintainer", "admin"})
 MAINTAINERS = frozenset({"maintainer", "admin"})
 DATASET_MANAGERS = frozenset({"member", "maintainer", "admin"})
-"""The owner of the matrix's datasets (`member`) and their project's maintainers."""
+"""The owner of the matrix's datasets (`member`, who also makes its volumes) and their project's maintainers."""
 ADMIN = frozenset({"admin"})
 PASSWORD = "matrix pass 1"
 _counter = itertools.count(1)
@@ -206,6 +206,15 @@ def _fresh_dataset(world: World, *, versions: int) -> str:
     return name
 
 
+def _fresh_volume(world: World) -> str:
+    """A volume of P made by `member` for one call."""
+    name = f"fv-{next(_counter)}"
+    with world.http("member") as http:
+        made = http.post("/volumes", json={"name": name, "project": world.project, "size": "1Mi"})
+        assert made.status_code == 201, made.text
+    return name
+
+
 def _on_dataset(method: str, path: str, **kwargs) -> Callable[[World, httpx.Client], httpx.Response]:
     return lambda world, http: http.request(method, f"/datasets/{world.project}/{_dataset(world)}{path}", **kwargs)
 
@@ -354,6 +363,17 @@ RULES: dict[str, Rule] = {
         ADMIN, lambda w, h: h.post(f"/datasets/claims/{w.fresh_claim()}/approve", json={})),
     "POST /api/v1/datasets/claims/{claim_id}/refuse": Rule(
         ADMIN, lambda w, h: h.post(f"/datasets/claims/{w.fresh_claim()}/refuse", json={})),
+    # Volumes: their project's readers see them, its members make and mount them; who made one and
+    # the project's maintainers remove it.
+    "POST /api/v1/volumes": Rule(PROJECT_WRITERS, lambda w, h: h.post("/volumes", json={
+        "name": f"nv-{next(_counter)}", "project": w.project, "size": "1Mi"})),
+    "GET /api/v1/volumes": Rule(ANY_USER, _get("/volumes")),
+    "GET /api/v1/volumes/{project}/{name}": Rule(
+        PROJECT_READERS, lambda w, h: h.get(f"/volumes/{w.project}/{_fresh_volume(w)}"),
+        hidden_from=frozenset({"outsider"})),
+    "DELETE /api/v1/volumes/{project}/{name}": Rule(
+        DATASET_MANAGERS, lambda w, h: h.delete(f"/volumes/{w.project}/{_fresh_volume(w)}"),
+        hidden_from=frozenset({"outsider"})),
     "POST /api/v1/blobs:missing": Rule(ANY_USER, lambda w, h: h.post("/blobs:missing", json={"digests": ["0" * 64]})),
     "PUT /api/v1/blobs/{digest}": Rule(ANY_USER, lambda w, h: h.put(
         f"/blobs/{hashlib.sha256(b'matrix blob').hexdigest()}", content=b"matrix blob")),

@@ -73,9 +73,9 @@ def test_replicas_that_do_not_connect_are_warned_about_and_the_ddp_example_is_no
         server.cli("cancel", str(late), check=True)
         wait_until(lambda: show(server, late)["status"] == "CANCELLED", 60, "the late pair cancelled")
 
-        # Slowed down so that it runs well past the grace.
+        # Slowed down so that it runs well past the grace: 15 epochs of 2 s, whatever the machine's speed.
         ddp = server.cli_json("submit", "examples/digits-ddp.yaml", "--set",
-                              'command=["python", "examples/digits_ddp.py", "--epochs", "10", "--epoch-delay", "2"]'
+                              'command=["python", "examples/digits_ddp.py", "--epochs", "15", "--epoch-delay", "2"]'
                               )["id"]
         running_at = wait_until(lambda: (show(server, ddp)["attempts"] or [{}])[-1].get("running_at"), 120,
                                 "the DDP example running")

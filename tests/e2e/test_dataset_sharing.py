@@ -6,6 +6,7 @@ audit log holding every step."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import uuid
 from collections.abc import Iterator
@@ -190,8 +191,17 @@ def test_register_under_a_root_and_nothing_that_leads_out(team: Team, tmp_path: 
     refused(team.server.cli("datasets", "register", f"{team.roots}/../outside", "--name", unique("dots")), "'..'")
     refused(team.as_("mallory").cli("datasets", "register", str(data), "--name", unique("mine")),
             "not an administrator")
+    full = unique("full")  # a project whose storage limit no data fits: refused once its files are stored
+    team.server.cli("projects", "add", full, check=True)
+    team.server.cli("projects", "set", full, "--storage", "10", check=True)
+    big = folder(team.roots / unique("big"), 2)
+    refused(team.server.cli("datasets", "register", str(big), "--name", unique("big"), "--project", full),
+            "storage limit")
+    for stored in big.iterdir():
+        digest = hashlib.sha256(stored.read_bytes()).hexdigest()
+        assert not (team.server.home / "blobs" / digest[:2] / digest).exists(), "a refused registration keeps nothing"
     names = {item["name"] for item in team.server.cli_json("datasets", "ls")}
-    assert not any(item.startswith(("out-", "leak-", "loop-", "pipe-", "dots-", "mine-")) for item in names)
+    assert not any(item.startswith(("out-", "leak-", "loop-", "pipe-", "dots-", "mine-", "big-")) for item in names)
 
 
 def test_a_server_without_data_roots_registers_nothing(tmp_path: Path) -> None:

@@ -1,5 +1,6 @@
 """A stand-in for the part of the Kubernetes core API (`kubernetes.client.CoreV1Api`) that
-mlyard's backend uses: pods, services, secrets, nodes and pod logs, kept in memory.
+mlyard's backend uses: pods, services, secrets, persistent volume claims, nodes and pod logs,
+kept in memory.
 
 One set of objects, two ways in:
 
@@ -37,7 +38,7 @@ from kubernetes.client import ApiClient
 from kubernetes.client.exceptions import ApiException
 
 _NAMESPACED = re.compile(
-    r"^/api/v1/namespaces/(?P<ns>[^/]+)/(?P<kind>pods|services|secrets)(?:/(?P<name>[^/]+))?(?P<log>/log)?$")
+    r"^/api/v1/namespaces/(?P<ns>[^/]+)/(?P<kind>pods|services|secrets|persistentvolumeclaims)(?:/(?P<name>[^/]+))?(?P<log>/log)?$")
 _SUCCESS = {"kind": "Status", "apiVersion": "v1", "status": "Success"}
 
 
@@ -80,6 +81,8 @@ class FakeCoreApi:
 
     def __init__(self, created: str | None = None, *, kubelet: Kubelet | None = None):
         self.created = created
+        self.default_storage_class: str | None = None
+        """What the API server's DefaultStorageClass admission writes into a claim that names no class."""
         self.kubelet = kubelet
         self.objects: dict[tuple[str, str], dict[str, Any]] = {}
         self.nodes: list[dict[str, Any]] = []
@@ -119,6 +122,10 @@ class FakeCoreApi:
             if kind == "pod":
                 document["status"] = {"phase": "Pending", "qosClass": "Guaranteed"}
                 self._record("pod", "ADDED", document)
+            if kind == "persistentvolumeclaim":
+                if self.default_storage_class and "storageClassName" not in document["spec"]:
+                    document["spec"]["storageClassName"] = self.default_storage_class
+                document["status"] = {"phase": "Pending"}
             answer = json.loads(json.dumps(document))
         if kind == "pod" and self.kubelet is not None:
             self.kubelet.created(document)
@@ -207,6 +214,15 @@ class FakeCoreApi:
 
     def create_namespaced_pod(self, namespace, body, **_):
         return self._create("pod", namespace, body)
+
+    def create_namespaced_persistent_volume_claim(self, namespace, body, **_):
+        return self._create("persistentvolumeclaim", namespace, body)
+
+    def read_namespaced_persistent_volume_claim(self, name, namespace, **_):
+        return Response(self.read("persistentvolumeclaim", name))
+
+    def delete_namespaced_persistent_volume_claim(self, name, namespace, **_):
+        return Response(self.delete("persistentvolumeclaim", name))
 
     def read_namespaced_pod(self, name, namespace, **_):
         return Response(self.read("pod", name))

@@ -95,6 +95,9 @@ def rights_used() -> set[tuple[str, str]]:
     kubernetes.logs(refs[0])
     kubernetes.stop(refs, force=True)
     kubernetes.collect_finished(float("inf"))
+    kubernetes.create_volume("mlyard-vol-0123456789abcdef", 50 * 2**30)
+    kubernetes.create_volume("mlyard-vol-0123456789abcdef", 50 * 2**30)  # already there: read back
+    kubernetes.remove_volume("mlyard-vol-0123456789abcdef")
     recording.api.objects.clear()
     recording.api.refuse[("pod", "mlyard-j7-a1-worker-0")] = (500, "internal error")  # launch undoes what it made
     with pytest.raises(Exception, match="internal error"):
@@ -102,10 +105,10 @@ def rights_used() -> set[tuple[str, str]]:
     verbs = {"create": "create", "delete": "delete", "read": "get", "list": "list"}
     rights = {("pods", "watch")}  # the watch is a list with watch=true
     for method in recording.methods:
-        match = re.fullmatch(r"(create|delete|read|list)_(?:namespaced_)?(pod_log|pod|service|secret|node)", method)
+        match = re.fullmatch(r"(create|delete|read|list)_(?:namespaced_)?(pod_log|pod|service|secret|node|persistent_volume_claim)", method)
         assert match, f"the backend calls {method}, which the test does not map to a right"
         verb, resource = match.groups()
-        rights.add(("pods/log", "get") if resource == "pod_log" else (resource + "s", verbs[verb]))
+        rights.add(("pods/log", "get") if resource == "pod_log" else (resource.replace("_", "") + "s", verbs[verb]))
     return rights
 
 

@@ -18,6 +18,7 @@ def test_defaults_put_the_shared_volume_at_mlyard_home():
 def test_every_variable_is_read():
     settings = KubernetesSettings.from_environment({
         "MLYARD_K8S_NAMESPACE": "research", "MLYARD_K8S_SHARED_CLAIM": "cephfs", "MLYARD_K8S_SHARED_MOUNT": "/shared",
+        "MLYARD_K8S_VOLUME_STORAGE_CLASS": "cephfs-quota",
         "MLYARD_K8S_IMAGE": "registry.example.com/train:1", "MLYARD_K8S_IMAGE_PULL_POLICY": "Always",
         "MLYARD_K8S_IMAGE_PULL_SECRETS": "one, two",
         "MLYARD_K8S_TOLERATIONS": '[{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]',
@@ -28,6 +29,7 @@ def test_every_variable_is_read():
         "MLYARD_K8S_KUBECONFIG": "/etc/kube/config", "MLYARD_K8S_CONTEXT": "lab",
     })
     assert settings.namespace == "research" and settings.shared_claim == "cephfs"
+    assert settings.volume_storage_class == "cephfs-quota"
     assert settings.shared_mount_path == "/shared" and settings.image == "registry.example.com/train:1"
     assert settings.image_pull_policy == "Always" and settings.image_pull_secrets == ("one", "two")
     assert settings.tolerations == ({"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},)

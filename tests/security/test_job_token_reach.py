@@ -56,6 +56,8 @@ REFUSED = {
     "POST /api/v1/datasets:register", "POST /api/v1/datasets/{project}/{name}/claims",
     "POST /api/v1/datasets/{project}/{name}/transfers", "GET /api/v1/datasets/claims",
     "POST /api/v1/datasets/claims/{claim_id}/approve", "POST /api/v1/datasets/claims/{claim_id}/refuse",
+    "POST /api/v1/volumes", "GET /api/v1/volumes", "GET /api/v1/volumes/{project}/{name}",
+    "DELETE /api/v1/volumes/{project}/{name}",
 }
 PROJECT = "reach"
 

@@ -80,6 +80,14 @@ class StoredDataset(BaseModel):
                                    "shares with another dataset or a snapshot of the project counts once in used_bytes)")
 
 
+class StoredVolume(BaseModel):
+    name: str
+    size_bytes: int
+    """Its quota: what the project's limit counts."""
+    used_bytes: int | None
+    """What it holds, as last measured."""
+
+
 class ProjectStorage(BaseModel):
     """What a project keeps against its storage limit: code snapshots (newest use first) and
     datasets, each blob counted once however many of them hold it."""
@@ -90,6 +98,7 @@ class ProjectStorage(BaseModel):
     limit_bytes: int | None
     snapshots_bytes: int = Field(default=0, description="the code snapshots it keeps")
     datasets_bytes: int = Field(default=0, description="the distinct blobs of its datasets' versions")
-    volumes_bytes: int = Field(default=0, description="its volumes (none yet)")
+    volumes_bytes: int = Field(default=0, description="its volumes' quotas")
     snapshots: list[StoredSnapshot]
     datasets: list[StoredDataset] = Field(default_factory=list)
+    volumes: list[StoredVolume] = Field(default_factory=list)

@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from mlyard.errors import MlyardError
+
 
 @dataclass(frozen=True)
 class GpuDescription:
@@ -75,6 +77,19 @@ class DatasetMount:
 
 
 @dataclass(frozen=True)
+class VolumeMount:
+    """A project volume the job reads and writes: the backend's storage named `claim` (a
+    directory of `MLYARD_HOME/volumes` locally, a PersistentVolumeClaim on Kubernetes), seen by
+    every replica at `path`."""
+
+    name: str
+    claim: str
+    path: str
+    """An absolute mount point (containers and pods), or a link's path relative to the working
+    directory that leads to `Backend.volume_directory(claim)`."""
+
+
+@dataclass(frozen=True)
 class AttemptLaunch:
     job_id: int
     attempt: int
@@ -85,10 +100,19 @@ class AttemptLaunch:
     """The job's own directories (checkpoints, TensorBoard logs): writable by its replicas,
     closed to other users' jobs."""
     datasets: tuple[DatasetMount, ...] = ()
+    volumes: tuple[VolumeMount, ...] = ()
+    volume_directories: Mapping[str, str] = field(default_factory=dict)
+    """Claim → where a replica finds that volume (`Backend.volume_directory`)."""
 
     @property
     def dataset_links(self) -> dict[str, str]:
         return {mount.directory: str(mount.view) for mount in self.datasets}
+
+    @property
+    def volume_links(self) -> dict[str, str]:
+        """The links of the volumes mounted at a relative path: that path → the volume's directory."""
+        return {mount.path: self.volume_directories[mount.claim] for mount in self.volumes
+                if not mount.path.startswith("/")}
 
 
 @dataclass(frozen=True)
@@ -154,6 +178,26 @@ class Backend(abc.ABC):
         """Why a job naming `image` cannot run on this backend, in words (asked at submission);
         None when it can, or when only starting it would tell."""
         return None
+
+    def create_volume(self, claim: str, size_bytes: int) -> str | None:
+        """Makes the storage of a new volume (idempotent). Returns how the backend holds it to
+        `size_bytes` where the storage enforces it ("the ceph.quota.max_bytes attribute"); None
+        where mlyard only measures it (`volume_usage`)."""
+        raise MlyardError(f"the {self.name} backend keeps no volumes")
+
+    def remove_volume(self, claim: str) -> None:
+        """Deletes a volume's storage and everything in it (idempotent)."""
+        raise MlyardError(f"the {self.name} backend keeps no volumes")
+
+    def volume_usage(self, claim: str) -> int | None:
+        """The bytes a volume holds now; None where the server cannot measure it (a claim whose
+        storage class holds it to its size)."""
+        return None
+
+    def volume_directory(self, claim: str) -> str:
+        """Where a replica finds the volume: the absolute path `MLYARD_VOLUME_<NAME>` names and a
+        relative mount's link leads to."""
+        raise MlyardError(f"the {self.name} backend keeps no volumes")
 
     @abc.abstractmethod
     def reserve_ports(self, node: str, count: int) -> list[int]:

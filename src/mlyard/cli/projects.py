@@ -159,11 +159,18 @@ def _print_storage(storage: ProjectStorage) -> None:
         for dataset in storage.datasets:
             table.add_row(dataset.name, str(dataset.versions), format_bytes(dataset.bytes))
         console.print(table)
+    if storage.volumes:
+        table = Table("Volume", "Quota", "Used", title="Volumes (each counts its quota)")
+        for volume in storage.volumes:
+            table.add_row(volume.name, format_bytes(volume.size_bytes),
+                          "not measured" if volume.used_bytes is None else format_bytes(volume.used_bytes))
+        console.print(table)
 
 
 @projects_app.command("storage")
 def storage(name: NameArgument, output: OutputOption = OutputFormat.table) -> None:
-    """What a project keeps against its storage limit: code snapshots and datasets, each blob once."""
+    """What a project keeps against its storage limit: code snapshots and datasets, each blob once, and
+    its volumes' quotas."""
     with Client() as client:
         found = client.project_storage(name)
     if output is OutputFormat.json:

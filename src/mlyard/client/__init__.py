@@ -26,6 +26,7 @@ if TYPE_CHECKING:  # each call imports the models it reads: every command (and t
     from mlyard.api.accounts import IssuedToken, TokenInfo, UserInfo
     from mlyard.api.health import Health
     from mlyard.client.datasets import Datasets
+    from mlyard.client.volumes import Volumes
     from mlyard.api.resources import JobResources, NodeSamples, RunningJobUsage
     from mlyard.api.metrics import MetricsPage
     from mlyard.api.nodes import NodeInfo
@@ -121,6 +122,12 @@ class Client:
         """The dataset calls (`client/datasets.py`)."""
         from mlyard.client.datasets import Datasets
         return Datasets(self)
+
+    @property
+    def volumes(self) -> Volumes:
+        """The volume calls (`client/volumes.py`)."""
+        from mlyard.client.volumes import Volumes
+        return Volumes(self)
 
     def health(self) -> Health:
         from mlyard.api.health import Health

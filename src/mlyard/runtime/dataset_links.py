@@ -1,6 +1,7 @@
-"""The dataset versions a job reads, shown in its working directory: `data/digits` there is a
-symbolic link to the version's read-only tree (`MLYARD_DATASET_DIGITS`), which the backend
-mounts read-only or keeps closed to writes by file modes.
+"""The dataset versions a job reads and the volumes it mounts, shown in its working directory:
+`data/digits` there is a symbolic link to the version's read-only tree (`MLYARD_DATASET_DIGITS`),
+which the backend mounts read-only or keeps closed to writes by file modes; `volumes/scratch` one
+to the volume's directory (`MLYARD_VOLUME_SCRATCH`).
 
 Imports nothing of mlyard: the launcher loads it at the start of every replica that reads one.
 """
@@ -18,18 +19,18 @@ def make_links(workdir: Path, links: Mapping[str, str]) -> None:
     for relative, target in sorted(links.items()):
         parts = Path(relative).parts
         if not parts or Path(relative).is_absolute() or ".." in parts:
-            raise ValueError(f"dataset path {relative!r} is not a relative path")
+            raise ValueError(f"mount path {relative!r} is not a relative path")
         folder = workdir
         for part in parts[:-1]:
             folder = folder / part
             # Made as the launcher's account, maybe root: a link of the code's must not lead it elsewhere.
             if folder.is_symlink():
-                raise ValueError(f"dataset path {relative!r} leads out of the job's working directory through "
+                raise ValueError(f"mount path {relative!r} leads out of the job's working directory through "
                                  f"the link {folder.relative_to(workdir)}")
             if not folder.exists():
                 folder.mkdir()
         link = folder / parts[-1]
         if os.path.lexists(link):
-            raise FileExistsError(f"the job's code already has {relative!r}, where a dataset it reads should be: "
-                                  "choose another path for it")
+            raise FileExistsError(f"the job's code already has {relative!r}, where a dataset or volume it mounts "
+                                  "should be: choose another path for it")
         os.symlink(target, link, target_is_directory=True)

@@ -45,6 +45,7 @@ from mlyard.server.routers import (
     queues,
     snapshots,
     usage,
+    volumes,
 )
 from mlyard.server.opening import open_server
 from mlyard.server.settings import ServerSettings
@@ -165,7 +166,7 @@ def create_app(settings: ServerSettings, *, backend: Backend | None = None, sett
 
     for router in (jobs.router, metrics.router, resources.router, nodes.router, queues.router, snapshots.router,
                    usage.router, accounts.router, audit.router, projects.router, environments.router,
-                   datasets.router, blobs.router):
+                   datasets.router, blobs.router, volumes.router):
         app.include_router(router, prefix=API_PREFIX)
     web.install(app)
     stopping = Stopping()

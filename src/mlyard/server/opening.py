@@ -43,4 +43,5 @@ def open_server(settings: ServerSettings, backend: Backend | None) -> tuple[Data
         cpus=settings.node_cpus, memory_bytes=settings.node_memory, max_log_bytes=settings.max_log_bytes,
         job_accounts=job_users, notes=(job_users_note,) if job_users_note else (),
         hide_home=job_accounts.hidden_home(settings, job_users), env_passthrough=settings.job_env_passthrough,
+        volumes_root=settings.paths.volumes,
         containers=container_replicas(settings.runtime, settings.container_socket, max_log_bytes=settings.max_log_bytes))

@@ -141,6 +141,8 @@ class ServerSettings:
     sample_interval_seconds: float = DEFAULT_SAMPLE_INTERVAL
     """How often the leader measures its node and the replicas there (MLYARD_SAMPLE_INTERVAL);
     0 switches sampling off."""
+    volume_scan_seconds: float = 30.0
+    """How often the leader measures what each volume holds (MLYARD_VOLUME_SCAN_INTERVAL)."""
     raw_sample_retention_seconds: float = DEFAULT_RAW_SAMPLE_RETENTION
     """How long raw samples are kept (MLYARD_SAMPLE_RETENTION)."""
     minute_sample_retention_seconds: float = DEFAULT_MINUTE_SAMPLE_RETENTION
@@ -289,6 +291,8 @@ class ServerSettings:
             preemption_budget=(_count("MLYARD_PREEMPTION_BUDGET", budget, 0, 1_000_000) if budget else None),
             sample_interval_seconds=(_duration_or_zero("MLYARD_SAMPLE_INTERVAL", interval) if interval
                                      else DEFAULT_SAMPLE_INTERVAL),
+            volume_scan_seconds=_duration("MLYARD_VOLUME_SCAN_INTERVAL",
+                                          environment.get("MLYARD_VOLUME_SCAN_INTERVAL") or "30s"),
             raw_sample_retention_seconds=(_duration("MLYARD_SAMPLE_RETENTION", raw_retention) if raw_retention
                                           else DEFAULT_RAW_SAMPLE_RETENTION),
             minute_sample_retention_seconds=(_duration("MLYARD_SAMPLE_RETENTION_1M", minute_retention)

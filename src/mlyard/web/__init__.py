@@ -22,6 +22,7 @@ from mlyard.web import (
     queues,
     session,
     submit,
+    volumes,
 )
 from mlyard.web.cross_site import CrossSiteRefusal
 from mlyard.web.templating import STATIC_DIRECTORY, page
@@ -36,6 +37,7 @@ async def _refused(request: Request, refusal: session.PageRefused) -> Response:
 def install(app: FastAPI) -> None:
     app.add_exception_handler(session.PageRefused, _refused)
     app.include_router(session.router)
-    for module in (pages, logstream, job_charts, overview, submit, nodes, queues, data, data_files, api_docs):
+    for module in (pages, logstream, job_charts, overview, submit, nodes, queues, data, data_files, volumes,
+                   api_docs):
         app.include_router(module.router)
     app.mount("/static", StaticFiles(directory=STATIC_DIRECTORY), name="static")

@@ -44,8 +44,8 @@ def test_the_supervisor_runs_the_controller_and_says_what_it_adopted(tmp_path: P
     workers = list(supervisor.workers)
     try:
         assert controller.running and supervisor.adopted == 0
-        # What every backend's jobs need: their datasets' outputs collected, their trees swept.
-        assert [type(worker).__name__ for worker in workers] == ["DatasetOutputs", "DatasetViewSweep"]
+        # What every backend's jobs need: their datasets' outputs collected, their trees swept, their volumes measured.
+        assert [type(worker).__name__ for worker in workers] == ["DatasetOutputs", "DatasetViewSweep", "VolumeUsage"]
         assert all(worker._loop.alive for worker in workers)
     finally:
         supervisor.stop()

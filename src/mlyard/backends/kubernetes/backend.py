@@ -7,6 +7,8 @@ seen yet, and reading `exit.json` on the shared volume for a pod that is gone wi
 trace (deleted while the server was down). `stop` deletes pods: with the pod's grace period
 (SIGTERM, then SIGKILL) or, forced, at once; deleting what is gone is not an error. Finished
 attempts' objects are deleted after `finished_retention_seconds` by a janitor thread.
+Project volumes are PersistentVolumeClaims of their own (`volumes.py`): `create_volume` and
+`remove_volume` make and delete them, never an attempt's launch or cleanup.
 
 Every call to the API goes through `api`, a `kubernetes.client.CoreV1Api` (or a stand-in
 with the same methods), with `_preload_content=False`: answers are read as the API's JSON,
@@ -32,7 +34,7 @@ from mlyard.backends.base import (
     ReplicaObservation,
     ReplicaRef,
 )
-from mlyard.backends.kubernetes import inventory, names
+from mlyard.backends.kubernetes import inventory, names, volumes
 from mlyard.backends.kubernetes.entrypoint import fresh_directory
 from mlyard.backends.kubernetes.objects import render_attempt
 from mlyard.backends.kubernetes.settings import KubernetesSettings
@@ -166,6 +168,36 @@ class KubernetesBackend(Backend):
             pod, deleted = self.cache.get(_pod_name(ref))
             if pod is not None and not deleted and not _terminated(pod):
                 self._delete_pod(_pod_name(ref), grace=0)
+
+    # ----------------------------------------------------------------- volumes
+    def create_volume(self, claim: str, size_bytes: int) -> str | None:
+        """Creates the claim; one already there (an earlier try) is the volume, described as the
+        API keeps it."""
+        from kubernetes import client
+
+        body = volumes.render_claim(claim, size_bytes, self.settings)
+        try:
+            created = self._call(f"create PersistentVolumeClaim {self.settings.namespace}/{claim}",
+                                 self.api.create_namespaced_persistent_volume_claim, self.settings.namespace,
+                                 client.V1PersistentVolumeClaim.from_dict(body))
+        except KubernetesError as error:
+            if error.status != 409:
+                raise
+            created = self._call(f"read PersistentVolumeClaim {self.settings.namespace}/{claim}",
+                                 self.api.read_namespaced_persistent_volume_claim, claim, self.settings.namespace)
+            size_bytes = _claim_request(created, size_bytes)
+        return volumes.enforcement(size_bytes, volumes.claim_storage_class(created))
+
+    def remove_volume(self, claim: str) -> None:
+        """Deletes the claim. Its storage goes once no pod uses it (the claim's protection
+        finalizer), and with it the files where the storage class's reclaimPolicy is Delete."""
+        self._delete("persistent_volume_claim", claim)
+
+    def volume_usage(self, claim: str) -> int | None:
+        return None  # only the storage sees into a claim: the API reports no usage
+
+    def volume_directory(self, claim: str) -> str:
+        return volumes.volume_directory(claim)
 
     # ----------------------------------------------------------------- logs and exec
     def logs(self, ref: ReplicaRef, *, tail_lines: int | None = None, since_seconds: int | None = None) -> str:
@@ -307,6 +339,17 @@ class KubernetesBackend(Backend):
 
 def _pod_name(ref: ReplicaRef) -> str:
     return names.pod_name(*names.from_directory(ref.directory))
+
+
+def _claim_request(claim: dict[str, Any], default: int) -> int:
+    """The claim's storage request in bytes; the API writes it back as a quantity (50Gi)."""
+    from kubernetes.utils import parse_quantity
+
+    request = (((claim.get("spec") or {}).get("resources") or {}).get("requests") or {}).get("storage")
+    try:
+        return int(parse_quantity(request)) if request is not None else default
+    except ValueError:
+        return default
 
 
 def _terminated(pod: dict[str, Any]) -> bool:

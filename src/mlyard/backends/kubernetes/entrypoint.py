@@ -39,7 +39,7 @@ def parse_arguments(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--max-log-bytes", type=int)
     parser.add_argument("--peer-wait", type=float, default=PEER_WAIT_SECONDS)
     parser.add_argument("--link", action="append", default=[], metavar="PATH=DIRECTORY",
-                        help="a dataset version the job reads, linked at PATH in its working directory")
+                        help="a dataset version the job reads or a volume it mounts, linked at PATH in its working directory")
     if "--" not in argv or argv.index("--") == len(argv) - 1:
         parser.error("no command after --")
     split = argv.index("--")

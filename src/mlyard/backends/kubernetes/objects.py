@@ -4,7 +4,8 @@ Per attempt: a headless Service (the pods' DNS subdomain, and the owner of every
 a Secret with each replica's API token and the job's `env_secrets`, and one Pod per replica. A pod runs
 `python -m mlyard.backends.kubernetes.entrypoint`, which runs mlyard's launcher in the
 replica's directory on the shared volume (the pod mounts only that directory, the job's
-checkpoint and TensorBoard directories, and read-only its snapshot and virtualenv): it extracts the code snapshot, runs the command,
+checkpoint and TensorBoard directories, and read-only its snapshot and virtualenv; the job's
+project volumes are claims of their own, `volumes.py`): it extracts the code snapshot, runs the command,
 writes its output to `output.log` (and the container's stdout) and its exit status to
 `exit.json`, and exits with the command's exit code.
 
@@ -20,7 +21,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from mlyard.backends.base import AttemptLaunch, DatasetMount, ReplicaLaunch
-from mlyard.backends.kubernetes import names
+from mlyard.backends.kubernetes import names, volumes
 from mlyard.backends.kubernetes.settings import KubernetesSettings
 from mlyard.errors import MlyardError
 
@@ -119,6 +120,7 @@ def render_pod(launch: AttemptLaunch, replica: ReplicaLaunch, settings: Kubernet
             {"name": SHARED_VOLUME, "persistentVolumeClaim": {"claimName": settings.shared_claim}},
             # PyTorch's data loaders and NCCL share memory through /dev/shm: the default 64 MiB is too small.
             {"name": SHM_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": str(replica.memory_bytes)}},
+            *volumes.pod_volumes(launch),
         ],
         "tolerations": [dict(toleration) for toleration in settings.tolerations] + [
             {"key": taint, "operator": "Exists", "effect": "NoExecute",
@@ -146,6 +148,7 @@ def _container(launch: AttemptLaunch, replica: ReplicaLaunch, settings: Kubernet
     if settings.max_log_bytes is not None:
         command += ["--max-log-bytes", str(settings.max_log_bytes)]
     command += [f"--link={path}={view}" for path, view in launch.dataset_links.items()]
+    command += [f"--link={path}={directory}" for path, directory in launch.volume_links.items()]
     command += ["--", *replica.command]
     # A replica below one core asks for its share of one (250m): the kubelet's CFS quota holds it there.
     cpu = f"{replica.cpu_millicores}m" if replica.cpu_millicores else str(len(replica.cpu_ids))
@@ -167,7 +170,8 @@ def _container(launch: AttemptLaunch, replica: ReplicaLaunch, settings: Kubernet
             "privileged": False,
             "capabilities": {"drop": ["ALL"]},
         },
-        "volumeMounts": [*shared_mounts(launch, replica, settings), {"name": SHM_VOLUME, "mountPath": "/dev/shm"}],
+        "volumeMounts": [*shared_mounts(launch, replica, settings), {"name": SHM_VOLUME, "mountPath": "/dev/shm"},
+                         *volumes.container_mounts(launch)],
     }
 
 

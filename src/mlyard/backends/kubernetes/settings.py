@@ -35,6 +35,9 @@ class KubernetesSettings:
     """Where job pods, their Services and Secrets are created (the server's own namespace)."""
     shared_claim: str = "mlyard-shared"
     """The ReadWriteMany PersistentVolumeClaim (CephFS, NFS) mounted by the server and every pod."""
+    volume_storage_class: str | None = None
+    """The StorageClass of project volumes' claims (ReadWriteMany, such as CephFS, whose
+    provisioner holds a claim to its request); None: the cluster's default class."""
     shared_mount_path: str = DEFAULT_MOUNT_PATH
     """Where it is mounted, in pods and in the server alike: the server's MLYARD_HOME."""
     image: str = DEFAULT_IMAGE
@@ -77,6 +80,9 @@ class KubernetesSettings:
         _check(_DNS_LABEL.match(self.namespace), "MLYARD_K8S_NAMESPACE", self.namespace, "a DNS label")
         _check(_DNS_SUBDOMAIN.match(self.shared_claim), "MLYARD_K8S_SHARED_CLAIM", self.shared_claim,
                "a PersistentVolumeClaim name")
+        if self.volume_storage_class is not None:
+            _check(_DNS_SUBDOMAIN.match(self.volume_storage_class), "MLYARD_K8S_VOLUME_STORAGE_CLASS",
+                   self.volume_storage_class, "a StorageClass name")
         _check(self.shared_mount_path.startswith("/"), "MLYARD_K8S_SHARED_MOUNT", self.shared_mount_path,
                "an absolute path")
         _check(bool(self.image.strip()), "MLYARD_K8S_IMAGE", self.image, "an image reference")
@@ -125,6 +131,7 @@ class KubernetesSettings:
 
         text("MLYARD_K8S_NAMESPACE", "namespace")
         text("MLYARD_K8S_SHARED_CLAIM", "shared_claim")
+        text("MLYARD_K8S_VOLUME_STORAGE_CLASS", "volume_storage_class")
         if env.get("MLYARD_K8S_SHARED_MOUNT", "").strip():
             values["shared_mount_path"] = env["MLYARD_K8S_SHARED_MOUNT"].strip().rstrip("/") or "/"
         elif env.get("MLYARD_HOME", "").strip():

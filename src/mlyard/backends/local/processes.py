@@ -46,6 +46,7 @@ from mlyard.backends.local.containers.create_options import ContainerIdentity
 from mlyard.backends.local.containers.replicas import ContainerPlan
 from mlyard.backends.local.gpus import local_gpus
 from mlyard.backends.local.job_accounts import JobAccounts, make_passable
+from mlyard.backends.local.volumes import DirectoryVolumes, process_volume_links
 from mlyard.errors import MlyardError
 from mlyard.runtime.job_environment import scrubbed
 from mlyard.runtime.launch_config import (
@@ -102,7 +103,7 @@ class ProcessPlan:
                 "config": self.config.as_data()}
 
 
-class LocalBackend(Backend):
+class LocalBackend(DirectoryVolumes, Backend):
     name = "local"
     heartbeat_timeout = HEARTBEAT_TIMEOUT
 
@@ -110,7 +111,7 @@ class LocalBackend(Backend):
                  gpus: tuple[GpuDescription, ...] | None = None, max_log_bytes: int = DEFAULT_MAX_LOG_BYTES,
                  job_accounts: JobAccounts | None = None, notes: tuple[str, ...] = (),
                  containers: ContainerReplicas | None = FROM_ENVIRONMENT, hide_home: Path | None = None,
-                 env_passthrough: tuple[str, ...] = ()):
+                 env_passthrough: tuple[str, ...] = (), volumes_root: Path | None = None):
         available = sorted(os.sched_getaffinity(0))
         if cpus is not None and not 1 <= cpus <= len(available):
             raise ValueError(f"the node can offer 1 to {len(available)} CPUs, not {cpus}")
@@ -128,6 +129,7 @@ class LocalBackend(Backend):
         # Replicas on the server's own account see only their own directories of it (`hide_home.py`).
         self.hide_home = hide_home if job_accounts is None else None
         self.env_passthrough = env_passthrough
+        self.volumes_root = volumes_root
         if containers is FROM_ENVIRONMENT:
             containers = container_runtime.from_environment(max_log_bytes)
         self.containers: ContainerReplicas | None = containers
@@ -201,10 +203,10 @@ class LocalBackend(Backend):
             max_log_bytes=self.max_log_bytes,
             run_as=account,
             hide_home=self.hide_home,
-            keep=(str(replica.directory / CODE_DIRECTORY), *map(str, launch.private_directories))
-            if self.hide_home is not None else (),
+            keep=(str(replica.directory / CODE_DIRECTORY), *map(str, launch.private_directories),
+                  *launch.volume_directories.values()) if self.hide_home is not None else (),
             keep_read_only=(*self._virtualenv_of(replica), *(str(mount.view) for mount in launch.datasets)),
-            links=launch.dataset_links,
+            links={**launch.dataset_links, **process_volume_links(launch)},
             processes=copies_to_start(replica.command, replica.processes),
             cpu_quota_millicores=replica.cpu_millicores or None,
             cpu_cgroup_parent=self.cpu_parent if replica.cpu_millicores else None,

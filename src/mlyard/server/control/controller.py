@@ -407,6 +407,10 @@ class Controller:
             if unreadable is not None:  # retrying cannot help: another server's key sealed them
                 switch_status(session, job, JobStatus.FAILED, now=now, message=f"cannot start: {unreadable}")
                 return None
+            mounted = launches.mounted_volumes(session, self.backend, job, spec)
+            if isinstance(mounted, str):
+                switch_status(session, job, JobStatus.FAILED, now=now, message=f"cannot start: {mounted}")
+                return None
             job.attempt_count += 1
             job.wait_reason = None
             job.restart_at = None
@@ -424,13 +428,14 @@ class Controller:
                                  token=token, earlier_attempts=attempt.number - 1,
                                  checkpoint_directory=str(directories[0]), master_port=master_port,
                                  tensorboard_directory=str(directories[1]))
-            datasets = dataset_views.variables(self.settings.paths, job.id, spec)
+            datasets = {**dataset_views.variables(self.settings.paths, job.id, spec), **mounted.variables}
             environments = [{**environment, **datasets, **secrets}
                             for environment in replica_environments(spec, slots, context)]
             image = launches.apply_environment(spec, built, environments)
             launch = launches.attempt_launch(
                 job, attempt, spec, rows, environments, image, self.settings.paths, self.blobs, directories,
-                secret_names=frozenset(secrets), datasets=dataset_views.mounts(self.settings.paths, job.id, spec.datasets))
+                secret_names=frozenset(secrets), datasets=dataset_views.mounts(self.settings.paths, job.id, spec.datasets),
+                mounted=mounted)
             return launch, attempt.id, spec.datasets
 
     def _replica_rows(self, session: Session, decision: StartJob, job: JobRow, spec: JobSpec,

@@ -5,15 +5,19 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from mlyard.backends.base import AttemptLaunch, Backend, DatasetMount, ReplicaLaunch
+from sqlalchemy.orm import Session
+
+from mlyard.backends.base import AttemptLaunch, Backend, DatasetMount, ReplicaLaunch, VolumeMount
 from mlyard.errors import MlyardError
 from mlyard.paths import Paths
 from mlyard.scheduler import StartJob
 from mlyard.server import job_secrets
+from mlyard.server.services import volumes
 from mlyard.server.store.rows import AttemptRow, EnvironmentRow, JobRow, ReplicaRow
-from mlyard.spec import JobSpec
+from mlyard.spec import JobSpec, volume_variable
 from mlyard.storage import BlobStore
 
 
@@ -53,10 +57,35 @@ def open_secrets(spec: JobSpec, key_file: Path) -> tuple[dict[str, str], str | N
         return {}, error.message
 
 
+@dataclass(frozen=True)
+class MountedVolumes:
+    mounts: tuple[VolumeMount, ...] = ()
+    directories: dict[str, str] = field(default_factory=dict)
+    """Claim → where replicas find it (`Backend.volume_directory`)."""
+    variables: dict[str, str] = field(default_factory=dict)
+    """`MLYARD_VOLUME_<NAME>` of each: its mount point, or the directory its relative path leads to."""
+
+
+def mounted_volumes(session: Session, backend: Backend, job: JobRow, spec: JobSpec) -> MountedVolumes | str:
+    """The volumes the job mounts, or why it cannot start. Only a job's first attempt is held
+    back by a volume over its quota: a restarted job is not a new one."""
+    if not spec.volumes:
+        return MountedVolumes()
+    mounts, problems = volumes.mounts_of(session, job.id, spec, first_attempt=job.attempt_count == 0)
+    if problems:
+        return "; ".join(problems)
+    directories = {mount.claim: backend.volume_directory(mount.claim) for mount in mounts}
+    return MountedVolumes(
+        mounts=tuple(mounts), directories=directories,
+        variables={volume_variable(mount.name): mount.path if mount.path.startswith("/") else directories[mount.claim]
+                   for mount in mounts})
+
+
 def attempt_launch(job: JobRow, attempt: AttemptRow, spec: JobSpec, rows: Sequence[ReplicaRow],
                    environments: Sequence[dict[str, str]], image: str | None, paths: Paths, blobs: BlobStore,
                    private_directories: tuple[Path, ...], secret_names: frozenset[str] = frozenset(),
-                   datasets: tuple[DatasetMount, ...] = ()) -> AttemptLaunch:
+                   datasets: tuple[DatasetMount, ...] = (),
+                   mounted: MountedVolumes = MountedVolumes()) -> AttemptLaunch:
     roles = {role.name: role for role in spec.roles}
     return AttemptLaunch(
         job_id=job.id,
@@ -64,6 +93,8 @@ def attempt_launch(job: JobRow, attempt: AttemptRow, spec: JobSpec, rows: Sequen
         owner=job.owner.name if job.owner is not None else None,
         private_directories=private_directories,
         datasets=datasets,
+        volumes=mounted.mounts,
+        volume_directories=mounted.directories,
         replicas=tuple(
             ReplicaLaunch(
                 replica_id=row.id, name=row.name, rank=row.rank, node=row.node, cpu_ids=tuple(row.cpu_ids),

@@ -4,8 +4,9 @@ Each of them runs on `server/loop.py`'s `Loop`.
 
 `Supervisor` is what `Leadership` runs while this server leads: the controller first (it
 settles what a previous leader left before anything else acts), then the workers that follow
-leadership — resource sampling where the backend's node is this machine, and environment
-builds where the backend builds them. Stopping stops the controller first, then the workers.
+leadership — resource sampling where the backend's node is this machine, the datasets jobs
+write, the sweep of ended jobs' dataset trees, the measure of volumes, and environment builds
+where the backend builds them. Stopping stops the controller first, then the workers.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from mlyard.server.workers.dataset_outputs import DatasetOutputs
 from mlyard.server.workers.dataset_views import DatasetViewSweep
 from mlyard.server.workers.environment_builds import EnvironmentBuilds, builder_for
 from mlyard.server.workers.sampling import NodeMonitor
+from mlyard.server.workers.volume_usage import VolumeUsage
 
 
 class Worker(Protocol):
@@ -67,6 +69,9 @@ class Supervisor:
         views = DatasetViewSweep(database, self.settings.paths)
         views.start()
         self.workers.append(views)
+        usage = VolumeUsage(database, self.backend, self.settings.volume_scan_seconds)
+        usage.start()
+        self.workers.append(usage)
         builder = builder_for(self.backend, self.settings.paths, self.settings.environment_builds,
                               isolate=self.settings.job_isolation == "namespace")
         if builder is not None:

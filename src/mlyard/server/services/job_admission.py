@@ -1,6 +1,6 @@
 """The checks a job passes inside the transaction that stores it (`job_submission.py`): its
-queue, its project and the caller's role there, its snapshot, environment and dataset versions
-(pinned: `datasets/job_inputs.py`), and whether any node could ever hold it.
+queue, its project and the caller's role there, its snapshot, environment, dataset versions
+(pinned: `datasets/job_inputs.py`) and volumes, and whether any node could ever hold it.
 
 What the checks read is read once per transaction, not once per job: a batch of 1,000 jobs of
 one queue reads its queue, project, snapshot and the nodes once. The reads of every submission
@@ -21,7 +21,7 @@ from mlyard.errors import InvalidRequest, MlyardError, Unschedulable
 from mlyard.scheduler import unschedulable_reason
 from mlyard.server import auth
 from mlyard.server.scheduler_terms import DEFAULT_QUEUE, scheduler_node, smallest_gang
-from mlyard.server.services import environments, project_storage, projects, snapshots
+from mlyard.server.services import environments, project_storage, projects, snapshots, volumes
 from mlyard.server.services.datasets import job_inputs
 from mlyard.server.store.rows import NodeRow, ProjectRow, QueueRow
 from mlyard.spec import JobSpec
@@ -67,6 +67,8 @@ class Admission:
         self._reasons: dict[tuple, str | None] = {}
         self.versions: dict = {}
         """(project, dataset, version or alias) → the version it names (`job_inputs.pin`, `.reads`)."""
+        self.volumes: dict[tuple[str, str], int] = {}
+        """(project, volume) → its id, for the jobs' `volume_mounts`."""
 
     def admit(self, spec: JobSpec, index: int | None) -> JobSpec:
         """The spec as it is stored (with the queue's project where it names none). `index`:
@@ -96,6 +98,8 @@ class Admission:
                                                                       self.versions)})
         if spec.outputs:
             spec = spec.model_copy(update={"outputs": job_inputs.pin_outputs(self.session, self.principal, spec)})
+        for row in volumes.pin(self.session, self.principal, spec):
+            self.volumes[(row.project, row.name)] = row.id
         # The default project's queues are shared; any other queue takes its own project's jobs.
         if queue_project is not None and queue_project not in (projects.DEFAULT_PROJECT, spec.project):
             raise InvalidRequest(f"queue {spec.queue!r} belongs to project {queue_project!r}; a job of project "

@@ -36,6 +36,7 @@ from mlyard.server.services.job_views import job_info
 from mlyard.server.store import revisions
 from mlyard.server.store.dataset_rows import DatasetOutputRow, DatasetReadRow
 from mlyard.server.store.db import Database, Rider, riders
+from mlyard.server.store.volume_rows import VolumeMountRow
 from mlyard.server.store.rows import (
     AttemptRow,
     IdempotencyKeyRow,
@@ -304,13 +305,19 @@ def _store_requests(database: Database, requests: Sequence[_Request]) -> list[li
 
 
 def _insert_lineage(session: Session, jobs: list[tuple[str, int, JobSpec]], admissions: dict[str, Admission]) -> None:
-    """The versions each job reads and the datasets it will write (`datasets/job_inputs.py`)."""
+    """The versions each job reads and the datasets it will write (`datasets/job_inputs.py`), and
+    the volumes it mounts."""
     reads = [read for caller, job_id, spec in jobs
              for read in job_inputs.reads(job_id, spec, admissions[caller].versions)]
     if reads:
         session.execute(insert(DatasetReadRow.__table__), reads)
     if written := [output for _, job_id, spec in jobs for output in job_inputs.outputs(job_id, spec)]:
         session.execute(insert(DatasetOutputRow.__table__), written)
+    mounts = [{"job_id": job_id, "volume_id": admissions[caller].volumes[(item.project or spec.project, item.name)],
+               "position": position}
+              for caller, job_id, spec in jobs for position, item in enumerate(spec.volumes)]
+    if mounts:
+        session.execute(insert(VolumeMountRow.__table__), mounts)
 
 
 def _insert_events(session: Session, job_ids: list[int], now: float, messages: list[str]) -> None:

@@ -4,7 +4,8 @@ One content-addressed store holds code snapshots and dataset files, and a blob i
 for every project that keeps it: the project keeps a snapshot (`project_snapshots`: uploading
 with `?project=` or submitting a job charges the project the first time) or one of its
 datasets' versions has a file with those bytes. A blob both a snapshot and a dataset file of
-the project counts once. Usage is one SQL aggregate over the union of the two (distinct
+the project counts once. A volume counts its whole quota from its creation, as a Kubernetes
+ResourceQuota counts a claim's request, whatever it holds. Usage is one SQL aggregate over the union of the two (distinct
 digests, each size once), never rows loaded into Python. A charge or a version that would take
 the project past `max_storage_bytes` is refused before anything is kept. A maintainer releases
 a snapshot no unfinished job of the project needs; the blob itself goes when nothing keeps it.
@@ -19,13 +20,14 @@ from sqlalchemy import Select, func, literal, select, union_all
 from sqlalchemy.orm import Session, aliased
 
 from mlyard.errors import Conflict, MlyardError, NotFound
-from mlyard.api.projects import ProjectStorage, StoredDataset, StoredSnapshot
+from mlyard.api.projects import ProjectStorage, StoredDataset, StoredSnapshot, StoredVolume
 from mlyard.server import auth
 from mlyard.server.services import blob_refs
 from mlyard.server.auth import Role
 from mlyard.server.store.dataset_rows import DatasetFileRow, DatasetRow, DatasetVersionRow
 from mlyard.server.store.db import Database, insert_if_absent
 from mlyard.server.store.rows import JobRow, ProjectRow, ProjectSnapshotRow, SnapshotRow
+from mlyard.server.store.volume_rows import VolumeRow
 from mlyard.spec import JobStatus, format_bytes
 from mlyard.storage import BlobStore
 
@@ -59,10 +61,16 @@ def _scalar(session: Session, query) -> int:
     return int(session.scalar(query) or 0)
 
 
+def _volume_quotas(session: Session, project: str) -> int:
+    return _scalar(session, select(func.coalesce(func.sum(VolumeRow.size_bytes), 0)).where(VolumeRow.project == project))
+
+
 def used_bytes(session: Session, project: str, *, but_version: int | None = None) -> int:
-    """What the project keeps (without the files of version `but_version`), each blob once."""
+    """What the project keeps (without the files of version `but_version`): each blob once, and
+    its volumes' quotas."""
     snapshots = select(ProjectSnapshotRow.digest, ProjectSnapshotRow.size).where(ProjectSnapshotRow.project == project)
-    return _scalar(session, _sum_once(union_all(snapshots, _dataset_files(project, but_version=but_version))))
+    blobs = _scalar(session, _sum_once(union_all(snapshots, _dataset_files(project, but_version=but_version))))
+    return blobs + _volume_quotas(session, project)
 
 
 def _new_bytes(session: Session, project: str, files: Select, *, but_version: int | None = None) -> int:
@@ -122,6 +130,20 @@ def charge(session: Session, project: str, digest: str, size: int, *, field: str
         return
     insert_if_absent(session, ProjectSnapshotRow, project=project, digest=digest, size=size, first_used_at=now,
                      last_used_at=now)
+
+
+def check_volume_room(session: Session, project: str, size: int) -> None:
+    """Raises QuotaExceeded if a new volume of `size` would take the project past its limit: its
+    quota counts whole from the start, as a claim's request does."""
+    limit = _limit(session, project)
+    if limit is None:
+        return
+    used = used_bytes(session, project)
+    if used + size > limit:
+        raise QuotaExceeded(
+            f"project {project!r} keeps {format_bytes(used)} of its {format_bytes(limit)} storage limit; a volume "
+            f"of {format_bytes(size)} does not fit (`mlyard projects storage {project}` shows what it keeps)",
+            field="size")
 
 
 def check_version(session: Session, project: str, version_id: int, total_bytes: int) -> None:
@@ -201,7 +223,10 @@ def _storage(session: Session, row: ProjectRow) -> ProjectStorage:
                                   unfinished_jobs=unfinished.get(snapshot.digest, 0),
                                   first_used_at=snapshot.first_used_at, last_used_at=snapshot.last_used_at)
                    for snapshot in kept],
-        datasets=_datasets(session, row.name))
+        datasets=_datasets(session, row.name), volumes_bytes=_volume_quotas(session, row.name),
+        volumes=[StoredVolume(name=volume.name, size_bytes=volume.size_bytes, used_bytes=volume.used_bytes)
+                 for volume in session.scalars(select(VolumeRow).where(VolumeRow.project == row.name)
+                                               .order_by(VolumeRow.name))])
 
 
 def get_storage(database: Database, principal: auth.Principal, name: str) -> ProjectStorage:

@@ -23,7 +23,6 @@ from mlyard.api.datasets import LATEST
 from mlyard.errors import MlyardError
 from mlyard.paths import Paths
 from mlyard.server.loop import Loop
-from mlyard.server.services import blob_refs
 from mlyard.server.services.datasets import manifests, registration, versions
 from mlyard.server.store.dataset_rows import DatasetAliasRow, DatasetOutputRow, DatasetRow, DatasetVersionRow
 from mlyard.server.store.db import Database
@@ -85,13 +84,12 @@ class DatasetOutputs:
         files = registration.scan_files(directory, [root])
         if not files:
             raise MlyardError(f"dataset {project}/{name}: the job left {where} empty")
-        entries = registration.store_files(self.store, files, self.max_blob_bytes, [root])
-        figures = manifests.statistics(entries, self.store.path_for)  # reads files: outside any transaction
+        entries = registration.store_files(self.database, self.store, files, self.max_blob_bytes, [root])
         try:
+            figures = manifests.statistics(entries, self.store.path_for)  # reads files: outside any transaction
             said = self._record(job_id, position, project, name, entries, figures)
         except MlyardError:  # refused (the project's storage limit): what only this output stored goes
-            with blob_refs.Removal(self.store) as removal, self.database.transaction() as session:
-                removal.take(session, [entry.digest for entry in entries])
+            registration.forget(self.database, self.store, [entry.digest for entry in entries])
             raise
         log.info("job %s: %s", job_id, said)
 

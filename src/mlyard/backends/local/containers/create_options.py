@@ -90,15 +90,19 @@ def render_replica(*, image: str, job_id: int, attempt: int, replica: str, direc
                    command: Sequence[str], env: Mapping[str, str], cpu_ids: Sequence[int],
                    gpu_ids: Sequence[int], memory_bytes: int, private_directories: Sequence[Path],
                    identity: ContainerIdentity, share_pids: bool = False, cpu_millicores: int = 0,
-                   read_only_directories: Sequence[Path] = ()) -> dict[str, Any]:
+                   read_only_directories: Sequence[Path] = (),
+                   read_write_mounts: Mapping[str, str] | None = None) -> dict[str, Any]:
     """The keyword arguments of `containers.create` for one replica; `cpu_millicores`: its share, in
     thousandths, of its one core (0: `cpu_ids` are its own); `read_only_directories`: the dataset
-    versions it reads, at their host paths."""
+    versions it reads, at their host paths; `read_write_mounts`: its volumes, host directory →
+    where the container sees it."""
     volumes: dict[str, dict[str, str]] = {str(code): {"bind": CODE_MOUNT, "mode": "ro"}}
     for private in private_directories:
         volumes[str(private)] = {"bind": str(private), "mode": "rw"}
     for read_only in read_only_directories:
         volumes[str(read_only)] = {"bind": str(read_only), "mode": "ro"}
+    for host, mount_point in (read_write_mounts or {}).items():
+        volumes[host] = {"bind": mount_point, "mode": "rw"}
     arguments: dict[str, Any] = {
         "image": image,
         "command": list(command),

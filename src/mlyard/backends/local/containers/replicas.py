@@ -140,8 +140,11 @@ class ContainerReplicas:
             private_directories=launch.private_directories, identity=identity,
             share_pids=len(launch.replicas) > 1 and runs_torchrun(replica.command),
             cpu_millicores=replica.cpu_millicores, read_only_directories=[mount.view for mount in launch.datasets],
+            read_write_mounts={launch.volume_directories[mount.claim]: mount.path if mount.path.startswith("/")
+                               else launch.volume_directories[mount.claim] for mount in launch.volumes},
         )
-        return ContainerPlan(replica=replica, arguments=arguments, identity=identity, links=launch.dataset_links)
+        return ContainerPlan(replica=replica, arguments=arguments, identity=identity,
+                             links={**launch.dataset_links, **launch.volume_links})
 
     def give_private_directories(self, launch: AttemptLaunch, identity: ContainerIdentity) -> None:
         """The job's own directories become the container user's, closed to everyone else."""

@@ -22,7 +22,7 @@ from sqlalchemy import select
 from mlyard.api.datasets import MAX_FILES, DatasetInfo, RegisterRequest
 from mlyard.errors import Conflict, InvalidRequest
 from mlyard.server import auth
-from mlyard.server.services import projects
+from mlyard.server.services import blob_refs, projects
 from mlyard.server.services.datasets import catalog, manifests, versions
 from mlyard.server.store.dataset_rows import DatasetRow
 from mlyard.server.store.db import Database
@@ -102,18 +102,30 @@ def _hash(store: BlobStore, relative: str, real: str, max_bytes: int, roots: lis
             raise _refuse(f"{relative}: {error}") from error
 
 
-def store_files(store: BlobStore, files: list[tuple[str, str]], max_bytes: int,
+def store_files(database: Database, store: BlobStore, files: list[tuple[str, str]], max_bytes: int,
                 roots: list[str]) -> list[manifests.Entry]:
     """Copies each file of `scan_files` into the store; the version's entries, checked as a
-    pushed manifest's are."""
-    listed = []
-    for relative, real in files:
-        digest, size = _hash(store, relative, real, max_bytes, roots)
-        listed.append({"path": relative, "sha256": digest, "size": size})
-    try:  # the very checks a pushed manifest passes: these paths reach replicas the same way
-        return manifests.parse(json.dumps({"files": listed}).encode())
-    except InvalidRequest as error:
-        raise _refuse(error.message) from error
+    pushed manifest's are. A file refused takes back what the files before it stored."""
+    listed: list[dict] = []
+    try:
+        for relative, real in files:
+            digest, size = _hash(store, relative, real, max_bytes, roots)
+            listed.append({"path": relative, "sha256": digest, "size": size})
+        try:  # the very checks a pushed manifest passes: these paths reach replicas the same way
+            return manifests.parse(json.dumps({"files": listed}).encode())
+        except InvalidRequest as error:
+            raise _refuse(error.message) from error
+    except BaseException:
+        forget(database, store, [item["sha256"] for item in listed])
+        raise
+
+
+def forget(database: Database, store: BlobStore, digests: list[str]) -> None:
+    """Removes those of `digests` that no version or snapshot keeps: what a refused collection
+    stored for itself alone."""
+    if digests:
+        with blob_refs.Removal(store) as removal, database.transaction() as session:
+            removal.take(session, digests)
 
 
 def register(database: Database, store: BlobStore, principal: auth.Principal, roots: tuple[str, ...],
@@ -127,7 +139,16 @@ def register(database: Database, store: BlobStore, principal: auth.Principal, ro
                                                       DatasetRow.name == request.name)) is not None:
             raise Conflict(f"dataset {request.project}/{request.name} exists", field="name")
     # Reads files: outside any transaction.
-    entries = store_files(store, scan_files(directory, real_roots), max_bytes, real_roots)
+    entries = store_files(database, store, scan_files(directory, real_roots), max_bytes, real_roots)
+    try:
+        return _record(database, store, principal, request, entries)
+    except BaseException:
+        forget(database, store, [entry.digest for entry in entries])
+        raise
+
+
+def _record(database: Database, store: BlobStore, principal: auth.Principal, request: RegisterRequest,
+            entries: list[manifests.Entry]) -> DatasetInfo:
     figures = manifests.statistics(entries, store.path_for)
     now = time.time()
     with database.transaction() as session:

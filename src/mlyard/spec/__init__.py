@@ -13,8 +13,6 @@ import shlex
 from typing import Annotated, Any, Literal
 
 from pydantic import (
-    BaseModel,
-    ConfigDict,
     Field,
     ValidationInfo,
     field_validator,
@@ -24,69 +22,33 @@ from pydantic import (
 # The lifecycle, named here too: most code takes a job's spec and statuses from one place.
 from mlyard.job_status import ALLOWED_TRANSITIONS, TERMINAL_STATUSES, JobStatus, can_transition  # noqa: F401
 
-_MEMORY_UNITS = {
-    "": 1,
-    "b": 1,
-    "k": 1000, "kb": 1000, "ki": 1024, "kib": 1024,
-    "m": 1000**2, "mb": 1000**2, "mi": 1024**2, "mib": 1024**2,
-    "g": 1000**3, "gb": 1000**3, "gi": 1024**3, "gib": 1024**3,
-    "t": 1000**4, "tb": 1000**4, "ti": 1024**4, "tib": 1024**4,
-}
-_QUANTITY = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*$")
-_DURATION_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
-_ZERO_DURATION = re.compile(r"^\s*0+(\.0*)?\s*[smhd]?\s*$")
-NAME_PATTERN = r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$"
-MAX_ENV_SECRETS = 64
-MAX_SECRET_BYTES = 4096
-"""The longest value of an `env_secrets` variable, as submitted."""
-MAX_STORED_SECRET = 8192
-"""The longest value the spec holds: stored, a secret is its encrypted form, a third longer."""
-
-
-def parse_memory(value: int | float | str) -> int:
-    """Bytes from an int (bytes) or a quantity such as "512Mi", "2Gi", "1.5GB" or "4g"."""
-    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-        raise ValueError("memory must be a number of bytes or a quantity such as 2Gi")  # noqa: TRY004 - pydantic reports ValueError
-    if isinstance(value, (int, float)):
-        number, unit = float(value), ""
-    else:
-        match = _QUANTITY.match(value)
-        if not match or match.group(2).lower() not in _MEMORY_UNITS:
-            raise ValueError(f"cannot read memory quantity {value!r}; write e.g. 512Mi, 2Gi or 4GB")
-        number, unit = float(match.group(1)), match.group(2).lower()
-    result = int(number * _MEMORY_UNITS[unit])
-    if result <= 0:
-        raise ValueError("memory must be greater than zero")
-    return result
-
-
-def parse_duration(value: int | float | str) -> float:
-    """Seconds from a number (seconds) or a string such as "90s", "10m", "2h", "1d"."""
-    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-        raise ValueError("a duration is a number of seconds or a string such as 10m")  # noqa: TRY004 - pydantic reports ValueError
-    if isinstance(value, (int, float)):
-        seconds = float(value)
-    else:
-        match = _DURATION.match(value)
-        if not match:
-            raise ValueError(f"cannot read duration {value!r}; write e.g. 90s, 10m or 2h")
-        seconds = float(match.group(1)) * _DURATION_UNITS[match.group(2)]
-    if seconds <= 0:
-        raise ValueError("a duration must be greater than zero")
-    return seconds
-
-
-def format_bytes(value: int) -> str:
-    for unit, size in (("TiB", 1024**4), ("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):
-        if value >= size:
-            return f"{value / size:.1f} {unit}"
-    return f"{value} B"
-
-
-class _Strict(BaseModel):
-    # Built on first use, not at import: a CLI command that never validates a spec starts sooner.
-    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
+from mlyard.spec.base import (  # noqa: F401 - named here too
+    MAX_ENV_SECRETS,
+    MAX_SECRET_BYTES,
+    MAX_STORED_SECRET,
+    NAME_PATTERN,
+    _ZERO_DURATION,
+    _Strict,
+    format_bytes,
+    parse_duration,
+    parse_memory,
+)
+from mlyard.spec.storage import (  # noqa: F401 - named here too
+    ALIAS_PATTERN,
+    DIGEST_PATTERN,
+    MAX_DATASET_INPUTS,
+    MAX_DATASET_OUTPUTS,
+    MAX_VOLUMES,
+    VERSION_PATTERN,
+    DatasetInput,
+    DatasetOutput,
+    VolumeInput,
+    check_dataset_inputs,
+    check_dataset_outputs,
+    check_volumes,
+    dataset_variable,
+    volume_variable,
+)
 
 
 MILLICORES = 1000
@@ -213,104 +175,6 @@ def normalize_command(value: Any) -> list[str]:
     raise ValueError("the command must be a string or a list of strings")
 
 
-VERSION_PATTERN = r"^v[1-9][0-9]{0,8}$"
-ALIAS_PATTERN = r"^[a-z][a-z0-9-]{0,62}$"
-"""An alias starts with a letter, so it is never read as a version (`v2`) or a number."""
-DIGEST_PATTERN = r"^[0-9a-f]{64}$"
-MAX_DATASET_INPUTS = 32
-_DATASET_PATH_PART = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
-
-
-def dataset_variable(name: str) -> str:
-    """The variable that holds an input's directory: `MLYARD_DATASET_` and the name upper-cased,
-    dashes as underscores."""
-    return "MLYARD_DATASET_" + name.upper().replace("-", "_")
-
-
-def _plain_path(value: str | None) -> str | None:
-    if value is None:
-        return None
-    parts = value.strip("/").split("/") if not value.startswith("/") else []
-    # Plain names only: no `..`, no dot-files that could shadow the code's own (.git), no escapes.
-    if not parts or not all(_DATASET_PATH_PART.match(part) for part in parts):
-        raise ValueError(f"{value!r} is not a relative path of plain names (letters, digits, . _ -) such as "
-                         "data/digits")
-    return "/".join(parts)
-
-
-class DatasetInput(_Strict):
-    """A dataset version the job reads, shown to every replica as a read-only directory."""
-
-    name: str = Field(pattern=NAME_PATTERN, description="the dataset")
-    project: str | None = Field(
-        default=None, pattern=NAME_PATTERN, description="the dataset's project (default: the job's)")
-    version: str = Field(
-        default="latest", pattern=f"^({VERSION_PATTERN[1:-1]}|{ALIAS_PATTERN[1:-1]})$",
-        description="a version (v2) or an alias (latest, production); the server resolves an alias at "
-        "submission and stores the version, so a restart or a resubmission reads the same files")
-    path: str | None = Field(
-        default=None, max_length=255,
-        description="where the replicas see it, relative to their working directory (default: data/NAME)")
-    fingerprint: str | None = Field(
-        default=None, pattern=DIGEST_PATTERN,
-        description="set by the server at submission: the version's fingerprint (a sha256 of its paths and "
-        "their digests), which a resubmission must find again")
-
-    @field_validator("path")
-    @classmethod
-    def _path(cls, value: str | None) -> str | None:
-        return _plain_path(value)
-
-    @property
-    def directory(self) -> str:
-        return self.path or f"data/{self.name}"
-
-
-MAX_DATASET_OUTPUTS = 8
-
-
-class DatasetOutput(_Strict):
-    """A dataset the job writes: once it succeeds, what it left in MLYARD_OUTPUT_DIR (or its
-    `path` there) becomes the dataset's next version, with the job as its source."""
-
-    dataset: str = Field(pattern=NAME_PATTERN, description="the dataset (made in its project if missing)")
-    project: str | None = Field(default=None, pattern=NAME_PATTERN,
-                                description="the dataset's project (default: the job's)")
-    path: str | None = Field(
-        default=None, max_length=255,
-        description="the folder of MLYARD_OUTPUT_DIR that holds the version (default: all of it; required "
-        "when the job writes several datasets)")
-    message: str = Field(default="", max_length=1000, description="the version's message")
-
-    @field_validator("path")
-    @classmethod
-    def _path(cls, value: str | None) -> str | None:
-        return _plain_path(value)
-
-
-def check_dataset_outputs(outputs: list[DatasetOutput]) -> None:
-    keys = [(item.project, item.dataset) for item in outputs]
-    if repeated := sorted({item.dataset for item in outputs if keys.count((item.project, item.dataset)) > 1}):
-        raise ValueError(f"outputs: {', '.join(repeated)} written twice; a job makes one version of each")
-    if len(outputs) > 1:
-        if any(item.path is None for item in outputs):
-            raise ValueError("outputs: a job that writes several datasets names each one's folder (path)")
-        paths = sorted(item.path or "" for item in outputs)
-        for first, second in zip(paths, paths[1:], strict=False):
-            if second == first or second.startswith(first + "/"):
-                raise ValueError(f"outputs: path {second!r} lies in {first!r}; give each output its own folder")
-
-
-def check_dataset_inputs(inputs: list[DatasetInput]) -> None:
-    names = [item.name for item in inputs]
-    if repeated := sorted({name for name in names if names.count(name) > 1}):
-        raise ValueError(f"datasets: {', '.join(repeated)} named twice; each input has its own "
-                         f"{dataset_variable(repeated[0])}")
-    paths = sorted(item.directory for item in inputs)
-    for first, second in zip(paths, paths[1:], strict=False):
-        if second == first or second.startswith(first + "/"):
-            raise ValueError(f"datasets: path {second!r} lies in {first!r}; give each input its own directory")
-
 
 # A Docker/OCI reference: optional registry host[:port]/, lowercase path components, then :tag
 # and/or @digest.
@@ -380,6 +244,10 @@ class JobSpec(_Strict):
         default_factory=list, max_length=MAX_DATASET_OUTPUTS,
         description="datasets the job writes: when it succeeds, what it left in MLYARD_OUTPUT_DIR becomes a new "
                     "version of each, with the job as its source")
+    volumes: list[VolumeInput] = Field(
+        default_factory=list, max_length=MAX_VOLUMES,
+        description="project volumes every replica reads and writes, each at its path, whose path in the "
+                    "replica is in MLYARD_VOLUME_<NAME>")
 
     @field_validator("command", mode="before")
     @classmethod
@@ -448,6 +316,7 @@ class JobSpec(_Strict):
             raise ValueError("success_policy worker-0 needs a role named worker")
         check_dataset_inputs(self.datasets)
         check_dataset_outputs(self.outputs)
+        check_volumes(self.volumes, self.datasets)
         return self
 
     @property
