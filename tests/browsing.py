@@ -31,8 +31,11 @@ def expect(*arguments, **options):
 
 @pytest.fixture(scope="session", params=DATABASES)
 def web_server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
-    """A server of the browser tests' own, so that the jobs other tests leave do not fill its pages."""
-    running = start_server(tmp_path_factory.mktemp(f"mlyard-web-{request.param}"), database=request.param)
+    """A server of the browser tests' own, so that the jobs other tests leave do not fill its pages.
+    Its MLYARD_DATA_ROOTS folder is where the Data pages' tests put what an administrator registers."""
+    roots = tmp_path_factory.mktemp(f"mlyard-web-data-roots-{request.param}")
+    running = start_server(tmp_path_factory.mktemp(f"mlyard-web-{request.param}"), database=request.param,
+                           MLYARD_DATA_ROOTS=str(roots))
     yield running
     stop_server(running)
 

@@ -150,7 +150,13 @@ def test_a_jobs_outputs_become_a_version_with_the_job_as_its_source(server: Runn
         server.cli("wait", str(job_id), "--timeout", "120")
         return job_id
 
+    with httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {server.token()}"}) as http:
+        twice = http.post("/api/v1/jobs", json={"name": "twice", "command": ["true"], "outputs": [
+            {"dataset": made, "path": "a"}, {"dataset": made, "project": "default", "path": "b"}]})
+    assert twice.status_code == 422 and twice.json()["details"][0]["field"] == "outputs.1.dataset", twice.text
+
     job_id = run("ok")
+
     def versions() -> list[dict]:
         listed = server.cli("datasets", "versions", made, "--output", "json")
         return json.loads(listed.stdout) if listed.returncode == 0 else []

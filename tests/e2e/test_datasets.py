@@ -11,6 +11,7 @@ import hashlib
 import io
 import json
 import tarfile
+import time
 import uuid
 import zipfile
 from pathlib import Path
@@ -60,8 +61,12 @@ def test_push_again_pull_diff_and_aliases(server: RunningServer, tmp_path: Path)
 
     with server.client() as client, HashCache(tmp_path / "hashes.sqlite") as cache:
         assert client.datasets.plan_push(source, cache).missing == [], "a second push uploads nothing"
+    before = time.time()
     again = server.cli("datasets", "push", name, str(source), check=True)
     assert "unchanged, still v1" in again.stdout
+    with server.client() as client:  # its files are v1's: no blob asked about or sent, no version asked for
+        asked = [event.route for event in client.audit(since=before, limit=1000).events if event.method != "GET"]
+    assert asked == [], asked
 
     (source / "train" / "extra.txt").write_text("new\n")
     (source / "README.md").write_text("# digits, second edition\n")

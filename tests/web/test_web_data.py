@@ -237,6 +237,102 @@ def test_an_access_request_is_asked_from_the_catalog_and_granted_on_the_page(vis
     visit.shot("granted")
 
 
+def register(data: Data) -> str:
+    """An administrator's `mlyard datasets register` of a folder under the server's data roots."""
+    name = f"registered-{uuid.uuid4().hex[:6]}"
+    folder = Path(data.server.env["MLYARD_DATA_ROOTS"]) / name
+    (folder / "labels").mkdir(parents=True)
+    (folder / "labels" / "a.txt").write_text("car\n")
+    data.server.cli("datasets", "register", str(folder), "--name", name, check=True)
+    return name
+
+
+def viewer_token(data: Data) -> str:
+    """A user who only views a project: nothing to claim for."""
+    name = f"viewer-{uuid.uuid4().hex[:6]}"
+    with data.server.client() as admin:
+        admin.create_user(name, password=PASSWORD)
+        admin.set_member(data.project, name, "viewer")
+    with httpx.Client(base_url=f"{data.server.url}/api/v1") as http:
+        return http.post("/login", json={"user": name, "password": PASSWORD}).json()["token"]
+
+
+def claim_on_the_page(tab: Visit, url: str, project: str) -> str:
+    """Claims the dataset with the page's form and answers the form's CSRF value."""
+    tab.page.goto(url)
+    expect(tab.page.locator("#dataset-card .owner")).to_have_text("unclaimed")
+    form = tab.page.locator("#claim form")
+    expect(form.locator("input[name='project']")).to_have_value(project)
+    csrf = form.locator("input[name='csrf']").input_value()
+    tab.page.fill("#claiming-message", f"for {project}")
+    tab.page.get_by_role("button", name="Claim", exact=True).click()
+    expect(tab.page.locator("#page-notice")).to_contain_text("Claim asked")
+    expect(tab.page.locator("#claim")).to_contain_text(f"claimed it for project {project}")
+    expect(tab.page.get_by_role("button", name="Claim", exact=True)).to_have_count(0)
+    return csrf
+
+
+def refused_page(answer, status: int, says: str) -> None:
+    assert answer.status == status, answer.text()
+    assert says in answer.text() and "Traceback" not in answer.text(), answer.text()
+
+
+def test_registered_data_is_claimed_on_its_page_and_approved_there(visit: Visit, data: Data, browser) -> None:
+    name = register(data)
+    url = f"/data/default/{name}"
+    visit.log_in(data.tokens["asker"])
+    csrf = claim_on_the_page(visit, url, data.other)
+    visit.shot("claimed")
+    # Sent again (a reload, a double click): the pending claim stands as it was.
+    again = visit.page.request.post(f"{url}/claims", form={"csrf": csrf, "project": data.other})
+    assert again.ok, again.text()
+
+    tabs = {who: Visit(browser, data.server, f"{visit.folder.name}-{who}") for who in ("owner", "viewer", "admin")}
+    try:
+        tabs["owner"].log_in(data.tokens["owner"])
+        claim_on_the_page(tabs["owner"], url, data.project)
+
+        viewer = tabs["viewer"]
+        viewer.log_in(viewer_token(data))
+        viewer.page.goto(url)
+        expect(viewer.page.locator("#claim")).to_contain_text("only a member of a project may claim it")
+        expect(viewer.page.get_by_role("button", name="Claim", exact=True)).to_have_count(0)
+        forged = {"csrf": viewer.page.locator("input[name='csrf']").first.input_value(), "project": data.project}
+        refused_page(viewer.page.request.post(f"{url}/claims", form=forged), 403, "may not claim datasets")
+        viewer.shot("no-claim")
+
+        admin = tabs["admin"]
+        admin.log_in()
+        admin.page.goto(url)
+        pending = admin.page.locator("#pending-claims tbody tr[data-claim]")
+        expect(pending).to_have_count(2)
+        admin.shot("pending-claims")
+        pending.filter(has_text=data.owner).get_by_role("button", name="Refuse").click()
+        expect(admin.page.locator("#page-notice")).to_contain_text("Claim refused")
+        expect(pending).to_have_count(1)
+        pending.filter(has_text=data.asker).get_by_role("button", name="Approve").click()
+        expect(admin.page).to_have_url(re.compile(rf"/data/{data.other}/{name}\?notice=claim-approved$"))
+        expect(admin.page.locator("#page-notice")).to_contain_text("Claim approved")
+        expect(admin.page.locator("#dataset-card .owner")).to_have_text(data.asker)
+        expect(admin.page.locator("#claim")).to_have_count(0)
+        admin.shot("approved")
+        for tab in tabs.values():
+            assert not tab.csp_violations, tab.csp_violations
+    finally:
+        for tab in tabs.values():
+            tab.context.close()
+
+    moved = f"/data/{data.other}/{name}"
+    visit.page.goto(moved)
+    expect(visit.page.locator("#dataset-card .project")).to_have_text(data.other)
+    expect(visit.page.locator("#dataset-card .owner")).to_have_text(data.asker)
+    expect(visit.page.locator("#dataset-card .access")).to_have_text("you read its files")
+    expect(visit.page.locator("#claim")).to_have_count(0)
+    visit.shot("owned")
+    refused_page(visit.page.request.post(f"{moved}/claims", form={"csrf": csrf, "project": data.other}), 409,
+                 "its owner may transfer it")
+
+
 def test_the_thumbnail_route_refuses_bombs_and_hides_what_the_caller_may_not_read(data: Data) -> None:
     base = f"/data/{data.project}/{data.bombs}/v1/thumbnail"
     with httpx.Client(base_url=data.server.url, timeout=30) as owner:

@@ -8,7 +8,9 @@ of `{"files": [{"path": …, "sha256": …, "size": …}, …]}`. Times are UTC 
 
 from __future__ import annotations
 
+import hashlib
 import re
+from collections.abc import Iterable
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -27,6 +29,16 @@ LATEST = "latest"
 """The alias every new version takes."""
 Visibility = Literal["project", "catalog"]
 _VERSION = re.compile(VERSION_PATTERN)
+
+
+def version_fingerprint(files: Iterable[tuple[str, str]]) -> str:
+    """A version's fingerprint: the sha256 of its sorted (path, sha256) pairs, equal for versions
+    with the same files. A client that computes it for a directory knows, before sending
+    anything, whether pushing it would make a version."""
+    hasher = hashlib.sha256()
+    for path, digest in sorted(files):
+        hasher.update(f"{path}\x00{digest}\n".encode())
+    return hasher.hexdigest()
 
 
 def version_name(number: int) -> str:
@@ -89,6 +101,8 @@ class VersionInfo(BaseModel):
     total_bytes: int
     statistics: dict
     source_job: int | None
+    fingerprint: str = Field(default="", description="the sha256 of its sorted (path, sha256) pairs "
+                                                     "(`version_fingerprint`)")
     aliases: list[str] = Field(default_factory=list)
     read_by: list[int] = Field(
         default_factory=list, description="the newest jobs (up to 100) that read this version and the caller may "

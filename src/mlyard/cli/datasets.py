@@ -26,7 +26,7 @@ from mlyard.client.hash_cache import HashCache
 from mlyard.spec import format_bytes, parse_memory
 
 if TYPE_CHECKING:
-    from mlyard.api.datasets import VersionCreated
+    from mlyard.api.datasets import VersionCreated, VersionInfo
     from mlyard.client.datasets import PushPlan
 
 datasets_app = typer.Typer(help="Datasets: versioned files of a project that jobs read and write; push a directory or "
@@ -175,14 +175,14 @@ def _unpacked(archive: Path, max_bytes: int) -> Iterator[Path]:
 
 
 def _upload(client: Client, project: str, name: str, folder: Path, *, parent: str | None, message: str,
-            cached: bool) -> tuple[PushPlan, VersionCreated]:
+            cached: bool, follows: VersionInfo | None) -> tuple[PushPlan, VersionCreated]:
     # An unpacked archive sits under a name never seen again: its hashes would only fill the cache.
     cache = _hash_cache() if cached else None
     try:
         with _progress() as bar:
             task = bar.add_task("hashing", total=None, files=0)
             plan = client.datasets.plan_push(folder, cache, lambda files, size: bar.update(
-                task, advance=size, files=bar.tasks[task].fields["files"] + files))
+                task, advance=size, files=bar.tasks[task].fields["files"] + files), parent=follows)
             bar.update(task, visible=False)
             sending = bar.add_task("uploading", total=sum(file.size for file in plan.missing), files=0)
             created = client.datasets.push(project, name, plan, parent=parent, message=message,
@@ -192,6 +192,23 @@ def _upload(client: Client, project: str, name: str, folder: Path, *, parent: st
         if cache is not None:
             cache.close()
     return plan, created
+
+
+def _followed(client: Client, project: str, name: str, parent: str | None) -> tuple[bool, VersionInfo | None]:
+    """Whether the dataset exists, and the version a push would follow (None: none yet)."""
+    from mlyard.client import ClientError
+    try:
+        return True, client.datasets.version(project, name, parent or LATEST)
+    except ClientError as error:
+        if error.status != 404 or parent is not None:
+            raise
+    try:
+        client.datasets.get(project, name)
+        return True, None
+    except ClientError as error:
+        if error.status != 404:
+            raise
+        return False, None
 
 
 @datasets_app.command("push")
@@ -219,21 +236,14 @@ def push(dataset: DatasetArgument,
     if from_archive is not None and not from_archive.is_file():
         raise UsageError(f"--from-archive {from_archive} is not a file")
     max_bytes = _unpack_limit(max_unpacked)
-    from mlyard.client import ClientError
     with Client() as client:
-        try:
-            client.datasets.get(project, name)
-            exists = True
-        except ClientError as error:
-            if error.status != 404:
-                raise
-            exists = False
+        exists, follows = _followed(client, project, name, parent)
         # Unpacked before the dataset is made: a refused archive leaves nothing on the server.
         with _unpacked(from_archive, max_bytes) if from_archive is not None else nullcontext(directory) as folder:
             if not exists:
                 client.datasets.create(project, name)
             plan, created = _upload(client, project, name, folder, parent=parent, message=message,
-                                    cached=from_archive is None)
+                                    cached=from_archive is None, follows=follows)
     if output is OutputFormat.json:
         print_json(created)
         return

@@ -1,7 +1,8 @@
 """Datasets through the API: the calls, and pushing and pulling whole directories.
 
-A push hashes the files (`hash_cache.py` remembers unchanged ones), asks the server which blobs
-it lacks, uploads only those (small files many to a request: `blob_packs.py`), several requests at
+A push hashes the files (`hash_cache.py` remembers unchanged ones); a directory that holds the
+very files of the version it would follow (the same fingerprint) ends there. Otherwise it asks
+the server which blobs it lacks, uploads only those (small files many to a request: `blob_packs.py`), several requests at
 once, then the manifest, and asks for a version. An interrupted push loses only the files in
 flight: the next one finds the rest uploaded. A pull writes each file beside its place and
 renames it there once its sha256 is checked, skipping files that are already right."""
@@ -48,6 +49,8 @@ class PushPlan:
     """Files whose bytes the server still needs."""
     skipped: list[str]
     """Links and special files, which a version does not hold."""
+    unchanged: VersionInfo | None = None
+    """The version the push would follow, when the directory holds its very files: nothing to send."""
 
 
 def _path(project: str, name: str) -> str:
@@ -134,23 +137,39 @@ class Datasets(DatasetSharing):
                                   retry=False, headers={"Content-Length": str(content.stat().st_size)})
 
     # ------------------------------------------------------------------ directories
-    def plan_push(self, directory: Path, cache: HashCache | None, hashed: Progress | None = None) -> PushPlan:
+    def plan_push(self, directory: Path, cache: HashCache | None, hashed: Progress | None = None, *,
+                  parent: VersionInfo | None = None) -> PushPlan:
         """The files of `directory` with their hashes, and those the server lacks. Without a `cache`
-        (a directory seen once, such as an unpacked archive) every file is hashed."""
+        (a directory seen once, such as an unpacked archive) every file is hashed. A directory
+        with the files of `parent` (the version the push would follow) asks the server nothing."""
         files, skipped = [], []
-        for root, folders, names in os.walk(directory):
+        # Walked from its resolved path: each file's key in the cache is then a string join, not a resolve.
+        resolved = str(directory.resolve())
+        prefix = len(resolved.rstrip("/")) + 1
+        done = [0, 0]
+        for root, folders, names in os.walk(resolved):
             folders.sort()
             for name in sorted(names):
-                source = Path(root) / name
-                relative = source.relative_to(directory).as_posix()
-                stat = source.lstat()
+                source = os.path.join(root, name)
+                relative = source[prefix:]
+                stat = os.lstat(source)
                 if not S_ISREG(stat.st_mode):  # a link (to a file or not) or a special file: one stat, not three
                     skipped.append(relative)
                     continue
-                digest = cache.digest(source, stat) if cache is not None else sha256_of(source)
-                files.append(LocalFile(relative, source, digest, stat.st_size))
-                if hashed is not None:
-                    hashed(1, stat.st_size)
+                digest = (cache.digest(Path(source), stat, resolved=source, under=resolved) if cache is not None
+                          else sha256_of(Path(source)))
+                files.append(LocalFile(relative, Path(source), digest, stat.st_size))
+                done[0] += 1
+                done[1] += stat.st_size
+                if hashed is not None and (done[0] >= 256 or done[1] >= _READ):  # a progress bar redraws anyway
+                    hashed(*done)
+                    done = [0, 0]
+        if hashed is not None and done[0]:
+            hashed(*done)
+        from mlyard.api.datasets import version_fingerprint
+        if parent is not None and parent.fingerprint == version_fingerprint(
+                (file.path, file.sha256) for file in files):
+            return PushPlan(files=files, missing=[], skipped=skipped, unchanged=parent)
         needed = self.missing(sorted({file.sha256 for file in files}))
         first: dict[str, LocalFile] = {}
         for file in files:
@@ -162,6 +181,8 @@ class Datasets(DatasetSharing):
              uploaded: Progress | None = None) -> VersionCreated:
         """Uploads what the server lacks, then the manifest, and makes the version."""
         from mlyard.api.datasets import VersionCreated
+        if plan.unchanged is not None:
+            return VersionCreated(version=plan.unchanged, created=False)
 
         from mlyard.client.blob_packs import send_all
 

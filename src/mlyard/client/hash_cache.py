@@ -28,11 +28,32 @@ class HashCache:
         self._db.execute("CREATE TABLE IF NOT EXISTS hashes (path TEXT PRIMARY KEY, size INTEGER, mtime_ns INTEGER, "
                          "inode INTEGER, sha256 TEXT)")
         self._pending: list[tuple] = []
+        self._known: dict[str, tuple] = {}
+        self._loaded: set[str] = set()
 
-    def digest(self, path: Path, stat: os.stat_result) -> str:
-        """The file's sha256, read again only when its size, time or inode changed."""
-        key = str(path.resolve())
-        row = self._db.execute("SELECT size, mtime_ns, inode, sha256 FROM hashes WHERE path = ?", (key,)).fetchone()
+    def _load(self, folder: str) -> None:
+        """Everything remembered under `folder` (a resolved path), in one query: a directory of
+        10,000 files is one range read of the index, not 10,000 lookups."""
+        if folder in self._loaded:
+            return
+        self._loaded.add(folder)
+        low = folder.rstrip("/") + "/"
+        high = low[:-1] + chr(ord("/") + 1)  # every path that starts with `low` sorts below it
+        self._known.update((row[0], row[1:]) for row in self._db.execute(
+            "SELECT path, size, mtime_ns, inode, sha256 FROM hashes WHERE path >= ? AND path < ?", (low, high)))
+
+    def digest(self, path: Path, stat: os.stat_result, *, resolved: str | None = None,
+               under: str | None = None) -> str:
+        """The file's sha256, read again only when its size, time or inode changed. `resolved`:
+        the path resolved already (a walk of a resolved folder knows it), found among what was
+        remembered `under` that folder."""
+        key = resolved if resolved is not None else str(path.resolve())
+        if under is not None:
+            self._load(under)
+            row = self._known.get(key)
+        else:
+            row = self._db.execute("SELECT size, mtime_ns, inode, sha256 FROM hashes WHERE path = ?",
+                                   (key,)).fetchone()
         if row is not None and tuple(row[:3]) == (stat.st_size, stat.st_mtime_ns, stat.st_ino):
             return row[3]
         digest = sha256_of(path)

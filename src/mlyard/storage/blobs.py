@@ -37,6 +37,7 @@ class BlobStore:
 
     def __init__(self, root: Path) -> None:
         self.root = Path(root)
+        self._root = str(self.root)
         self.temporary_directory = self.root / TEMPORARY_DIRECTORY_NAME
 
     def path_for(self, digest: str) -> Path:
@@ -45,12 +46,23 @@ class BlobStore:
         Raises ValueError unless `digest` is 64 lowercase hex characters, so a digest taken
         from a request can never name a path outside the store.
         """
+        return Path(self._location(digest))
+
+    def _location(self, digest: str) -> str:
+        # A string join: a version of 100,000 files asks this several times per file.
         _check_digest(digest)
-        return self.root / digest[:2] / digest
+        return f"{self._root}/{digest[:2]}/{digest}"
 
     def exists(self, digest: str) -> bool:
         """Whether the blob with this digest is in the store."""
-        return self.path_for(digest).is_file()
+        return os.path.isfile(self._location(digest))
+
+    def size_of(self, digest: str) -> int | None:
+        """The blob's size; None when it is not in the store."""
+        try:
+            return os.stat(self._location(digest)).st_size
+        except FileNotFoundError:
+            return None
 
     def put_stream(
         self,

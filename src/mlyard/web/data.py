@@ -1,6 +1,7 @@
 """The Data pages: the catalog (`/data`) and a dataset's page (`/data/{project}/{name}`), with
-its card, version graph, the selected version's statistics and lineage, its aliases, and access
-requests (asked for by catalog readers without access, answered by its owner and maintainers).
+its card, version graph, the selected version's statistics and lineage, its aliases, access
+requests (asked for by catalog readers without access, answered by its owner and maintainers) and,
+for registered data nobody owns, claims (asked for by members of a project, decided by administrators).
 
 Every read and action goes through `services.datasets` with the page's principal, as the API's
 routes do, so the pages show and do exactly what the session's user may; nothing here decides
@@ -18,10 +19,11 @@ from markdown_it import MarkdownIt
 from markupsafe import Markup
 from starlette.responses import Response
 
-from mlyard.api.datasets import LATEST, AccessRequestCreate, AccessRequestInfo, DatasetInfo, VersionInfo
+from mlyard.api.datasets import (LATEST, AccessRequestCreate, AccessRequestInfo, ClaimCreate, ClaimInfo, DatasetInfo,
+                                 VersionInfo)
 from mlyard.errors import Forbidden, InvalidRequest, MlyardError
 from mlyard.server import auth
-from mlyard.server.services.datasets import aliases, catalog, sharing, versions
+from mlyard.server.services.datasets import aliases, catalog, claims, sharing, versions
 from mlyard.spec import NAME_PATTERN
 from mlyard.web.session import MAX_FORM_BYTES, ChangingPrincipal, PagePrincipal
 from mlyard.web.templating import page
@@ -34,10 +36,15 @@ REFERENCE = r"^(v[1-9][0-9]{0,8}|[a-z][a-z0-9-]{0,62})$"
 """vN or an alias, as the API's routes take them."""
 Reference = Annotated[str, Path(pattern=REFERENCE)]
 RequestId = Annotated[int, Path(ge=1, le=2**63 - 1)]
+ClaimId = Annotated[int, Path(ge=1, le=2**63 - 1)]
 NOTICES = {
     "requested": "Access requested: the dataset's owner and its project's maintainers see your request here.",
     "granted": "Request granted: that project's readers read the dataset's files from now on.",
     "refused": "Request refused.",
+    "claimed": "Claim asked: once an administrator approves it, the dataset moves to that project with you as "
+               "its owner.",
+    "claim-approved": "Claim approved: the dataset is now its claimer's, in the project claimed for.",
+    "claim-refused": "Claim refused.",
 }
 
 _markdown = MarkdownIt("commonmark", {"html": False, "linkify": False}).disable("image")
@@ -166,6 +173,21 @@ def _asking_projects(principal: auth.Principal, dataset: DatasetInfo) -> list[st
                   if role >= auth.Role.MEMBER and project != dataset.project)
 
 
+def _unowned_claims(database, principal: auth.Principal, dataset: DatasetInfo, *, mine: bool) -> list[ClaimInfo]:
+    """The pending claims on this dataset: the caller's own (`mine`), or those the caller may
+    decide (`list_claims` gives claims to administrators only)."""
+    if dataset.owner is not None:
+        return []
+    listed = claims.list_claims(database, principal, mine=mine, status="pending",
+                                dataset=(dataset.project, dataset.name))
+    return [asked for asked in listed if asked.kind == "claim"]
+
+
+def _member_projects(principal: auth.Principal) -> list[str]:
+    """The caller's projects where they could claim it: those where they are a member and up."""
+    return sorted(project for project, role in principal.roles.items() if role >= auth.Role.MEMBER)
+
+
 def _dataset_context(request: Request, principal: auth.Principal, project: str, name: str,
                      chosen: str | None) -> dict:
     database = request.app.state.database
@@ -180,6 +202,9 @@ def _dataset_context(request: Request, principal: auth.Principal, project: str, 
         "requests": _requests(database, principal, dataset),
         "my_pending": [] if dataset.readable else _my_pending(database, principal, dataset),
         "asking_projects": [] if dataset.readable else _asking_projects(principal, dataset),
+        "my_claims": _unowned_claims(database, principal, dataset, mine=True),
+        "claims_to_decide": _unowned_claims(database, principal, dataset, mine=False),
+        "claiming_projects": _member_projects(principal) if dataset.owner is None else [],
         "url": dataset_url(project, name), "description": markdown(dataset.description),
     }
 
@@ -234,3 +259,39 @@ def grant_request(request: Request, principal: ChangingPrincipal, project: Proje
 def refuse_request(request: Request, principal: ChangingPrincipal, project: Project, name: Name,
                    request_id: RequestId) -> Response:
     return _answer(request, principal, project, name, request_id, grant=False)
+
+
+@router.post("/data/{project}/{name}/claims")
+async def claim_dataset(request: Request, principal: ChangingPrincipal, project: Project, name: Name) -> Response:
+    """A member of a project asks for registered data nobody owns for it (`claims.claim`)."""
+    fields = _form(await request.body())
+    try:
+        made = ClaimCreate(project=fields.get("project", ""), message=fields.get("message", "")[:10_000])
+    except ValueError:
+        return _error(request, InvalidRequest("name one of your projects", field="project"), principal)
+    try:
+        claims.claim(request.app.state.database, principal, project, name, made)
+    except MlyardError as error:
+        return _error(request, error, principal)
+    return _back(project, name, "claimed")
+
+
+def _decide(request: Request, principal: auth.Principal, claim_id: int, *, approve: bool) -> Response:
+    try:
+        decided = claims.decide(request.app.state.database, principal, claim_id, approve=approve)
+    except MlyardError as error:
+        return _error(request, error, principal)
+    # An approved claim moves the dataset: its page is now under the claimed project.
+    return _back(decided.dataset_project, decided.dataset, "claim-approved" if approve else "claim-refused")
+
+
+@router.post("/data/{project}/{name}/claims/{claim_id}/approve")
+def approve_claim(request: Request, principal: ChangingPrincipal, project: Project, name: Name,
+                  claim_id: ClaimId) -> Response:
+    return _decide(request, principal, claim_id, approve=True)
+
+
+@router.post("/data/{project}/{name}/claims/{claim_id}/refuse")
+def refuse_claim(request: Request, principal: ChangingPrincipal, project: Project, name: Name,
+                 claim_id: ClaimId) -> Response:
+    return _decide(request, principal, claim_id, approve=False)

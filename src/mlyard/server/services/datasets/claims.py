@@ -108,9 +108,11 @@ def _decidable(principal: auth.Principal, row: DatasetClaimRow) -> bool:
     return held is not None and held >= auth.Role.MAINTAINER
 
 
-def list_claims(database: Database, principal: auth.Principal, *, mine: bool, status: str | None) -> list[ClaimInfo]:
+def list_claims(database: Database, principal: auth.Principal, *, mine: bool, status: str | None,
+                dataset: tuple[str, str] | None = None) -> list[ClaimInfo]:
     """`mine`: what the caller asked, with the answers; else what the caller may decide
-    (claims: administrators; transfers: the receiving project's maintainers); newest first."""
+    (claims: administrators; transfers: the receiving project's maintainers); newest first.
+    `dataset`: only those of this (project, name)."""
     auth.authorize(principal, auth.Action.READ)
     if principal.job_id is not None or principal.user_id is None:
         return []
@@ -122,6 +124,8 @@ def list_claims(database: Database, principal: auth.Principal, *, mine: bool, st
         query = query.where(DatasetClaimRow.kind == TRANSFER, DatasetClaimRow.to_project.in_(maintained))
     if status is not None:
         query = query.where(DatasetClaimRow.status == status)
+    if dataset is not None:
+        query = query.where(DatasetRow.project == dataset[0], DatasetRow.name == dataset[1])
     with database.reading() as session:
         rows = session.execute(query.order_by(DatasetClaimRow.id.desc()).limit(1000))
         return [_info(row, dataset) for row, dataset in rows]

@@ -80,6 +80,10 @@ def pin_outputs(session: Session, principal: auth.Principal, spec: JobSpec) -> l
         except MlyardError as error:
             error.field = f"outputs.{index}.{error.field or 'dataset'}"
             raise
+        if any((earlier.project, earlier.dataset) == (project, item.dataset) for earlier in pinned):
+            # Only now does each name its project: `a` and `{project: P, dataset: a}` may be one dataset.
+            raise InvalidRequest(f"outputs: {project}/{item.dataset} written twice; a job makes one version of each",
+                                 field=f"outputs.{index}.dataset")
         pinned.append(item.model_copy(update={"project": project}))
     return pinned
 

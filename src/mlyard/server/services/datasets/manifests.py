@@ -5,15 +5,15 @@ another's folder. And the statistics of a version, read from its blobs (image he
 
 from __future__ import annotations
 
-import hashlib
 import json
 import mimetypes
 import re
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
-from mlyard.api.datasets import DIGEST_PATTERN, MAX_FILES, MAX_PATH_LENGTH
+from mlyard.api.datasets import DIGEST_PATTERN, MAX_FILES, MAX_PATH_LENGTH, version_fingerprint
 from mlyard.errors import InvalidRequest
 
 _DIGEST = re.compile(DIGEST_PATTERN)
@@ -45,6 +45,14 @@ def _problem(path: object) -> str | None:
     return None
 
 
+def _slashes(path: str) -> Iterator[int]:
+    """Where each folder of a normalized relative path ends (`a/b/c`: 1, 3)."""
+    end = path.find("/")
+    while end != -1:
+        yield end
+        end = path.find("/", end + 1)
+
+
 def parse(content: bytes) -> list[Entry]:
     """The entries of a manifest, sorted by path; an InvalidRequest on `manifest` naming the
     first entry that is wrong."""
@@ -74,7 +82,7 @@ def parse(content: bytes) -> list[Entry]:
         if path in entries:
             raise InvalidRequest(f"{where}: path {path!r} is listed twice", field="manifest")
         entries[path] = Entry(path=path, digest=digest, size=size, media_type=mimetypes.guess_type(path)[0])
-    folders = {str(parent) for path in entries for parent in PurePosixPath(path).parents if str(parent) != "."}
+    folders = {path[:end] for path in entries for end in _slashes(path)}
     clash = sorted(folders & entries.keys())
     if clash:
         raise InvalidRequest(f"the manifest lists {clash[0]!r} as a file and as a folder of others",
@@ -84,10 +92,7 @@ def parse(content: bytes) -> list[Entry]:
 
 def fingerprint(entries: list[tuple[str, str]]) -> str:
     """The sha256 of the sorted (path, digest) pairs: equal for versions with the same files."""
-    hasher = hashlib.sha256()
-    for path, digest in sorted(entries):
-        hasher.update(f"{path}\x00{digest}\n".encode())
-    return hasher.hexdigest()
+    return version_fingerprint(entries)
 
 
 def statistics(entries: list[Entry], blob_path) -> dict:

@@ -50,7 +50,7 @@ def info(session: Session, dataset: DatasetRow, row: DatasetVersionRow) -> Versi
                        parent=version_name(parent.number) if parent is not None else None, message=row.message,
                        created_by=row.creator.name if row.creator else None, created_at=row.created_at,
                        file_count=row.file_count, total_bytes=row.total_bytes, statistics=row.statistics,
-                       source_job=row.source_job_id, aliases=list(names))
+                       source_job=row.source_job_id, fingerprint=row.fingerprint, aliases=list(names))
 
 
 def _read_manifest(store: BlobStore, digest: str) -> bytes:
@@ -68,13 +68,14 @@ def _check_files(session: Session, store: BlobStore, principal: auth.Principal,
                  entries: list[manifests.Entry]) -> None:
     """Every file's blob is in the store, nameable by the caller, and of the size listed."""
     allowed = blobs.nameable(session, principal, [entry.digest for entry in entries])
-    absent = [entry for entry in entries if entry.digest not in allowed or not store.exists(entry.digest)]
+    sizes = {digest: store.size_of(digest) for digest in {entry.digest for entry in entries} & allowed}
+    absent = [entry for entry in entries if sizes.get(entry.digest) is None]
     if absent:
         shown = ", ".join(entry.path for entry in absent[:3])
         raise InvalidRequest(f"{len(absent):,} files of the manifest are not uploaded ({shown}, …); upload them "
                              "first (POST /api/v1/blobs:missing says which)", field="manifest")
     for entry in entries:
-        size = store.path_for(entry.digest).stat().st_size
+        size = sizes[entry.digest]
         if size != entry.size:
             raise InvalidRequest(f"the manifest gives {entry.path!r} {entry.size} bytes; its blob holds {size}",
                                  field="manifest")
@@ -94,10 +95,11 @@ def create_version(database: Database, store: BlobStore, principal: auth.Princip
                                  field="manifest")
         parent = _parent(session, dataset, request.parent)
         entries = manifests.parse(_read_manifest(store, request.manifest))
-        _check_files(session, store, principal, entries)
         fingerprint = manifests.fingerprint([(entry.path, entry.digest) for entry in entries])
+        # The parent's files are in the store and the caller reads them: nothing to check.
         if parent is not None and parent.fingerprint == fingerprint:
             return VersionCreated(version=info(session, dataset, parent), created=False)
+        _check_files(session, store, principal, entries)
     figures = manifests.statistics(entries, store.path_for)  # reads files: outside any transaction
     with database.transaction() as session:
         dataset = access.writable(session, principal, project, name)
