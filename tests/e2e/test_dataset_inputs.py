@@ -17,6 +17,7 @@ import pytest
 import yaml
 from conftest import RunningServer, wait_until
 from test_datasets import digits_folder, unique
+from web_login import web_session
 
 # What a training script does with an image folder: walk it by label, open each PNG. Then it
 # tries what a careless one might: write into the data, add a file, remove one.
@@ -172,6 +173,11 @@ def test_a_jobs_outputs_become_a_version_with_the_job_as_its_source(server: Runn
     assert f"writes     dataset default/{made} from MLYARD_OUTPUT_DIR/" in server.cli("show", str(job_id)).stdout
     assert any(f"wrote dataset default/{made} v1" in (event["message"] or "")
                for event in server.cli_json("show", str(job_id))["events"])
+    with httpx.Client(base_url=server.url) as browser:  # the job's page lists what it read and wrote
+        web_session(browser, server.token())
+        job_page = browser.get(f"/jobs/{job_id}").text
+    assert f'href="/data/default/{name}?version=v1">default/{name}:v1</a>' in job_page, job_page
+    assert f'href="/data/default/{made}">default/{made}</a>' in job_page
 
     again = run("ok")  # the same files: no new version
     failed, leaked = run("fail"), run("leak")

@@ -11,6 +11,7 @@ import httpx
 import pytest
 from conftest import RunningServer, wait_until
 from test_projects import as_user, log_in, person
+from web_login import web_session
 
 pytestmark = pytest.mark.slow
 
@@ -26,7 +27,8 @@ while len(list(shared.glob("rank-*"))) < 2:
     time.sleep(0.1)
 print("SEEN", sorted(path.name for path in shared.glob("rank-*")))
 """
-FILL = "import os, time; open(os.environ['MLYARD_VOLUME_SCRATCH'] + '/big', 'wb').write(os.urandom(50_000)); time.sleep(300)"
+FILL = ("import os, time; open(os.environ['MLYARD_VOLUME_SCRATCH'] + '/big', 'wb').write(os.urandom(50_000)); "
+        "time.sleep(300)")
 
 
 def show(server: RunningServer, project: str, name: str = "scratch") -> dict:
@@ -67,6 +69,11 @@ def test_a_volume_is_shared_by_a_jobs_replicas_measured_and_held_to_its_quota(se
     assert event == [f"volume {project}/scratch holds 87.9 KiB, over its quota of 64.0 KiB; new jobs cannot mount "
                      "it until files are removed"]
     assert "OVER QUOTA" in server.cli("volumes", "ls", "--project", project, check=True).stdout
+    with httpx.Client(base_url=server.url) as browser:
+        web_session(browser, server.token())
+        job_page = browser.get(f"/jobs/{filler}").text
+    assert f'href="/volumes?project={project}">{project}/scratch</a>' in job_page
+    assert "<code>volumes/scratch</code>" in job_page
 
     refused = run(server, project, "true")
     assert refused.returncode == 1 and "Traceback" not in refused.stderr
