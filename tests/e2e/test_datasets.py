@@ -58,6 +58,9 @@ def test_push_again_pull_diff_and_aliases(server: RunningServer, tmp_path: Path)
     figures = version["statistics"]
     assert figures["images"]["formats"] == {"PNG": 24} and figures["images"]["sizes"] == {"8x8": 24}
     assert figures["folders"]["train"]["files"] == 18 and figures["folders"]["."]["files"] == 1
+    labelled = figures["labels"]  # train/<digit>/ and test/<digit>/: torchvision's ImageFolder layout
+    assert labelled["source"] == "image folders" and sum(labelled["counts"].values()) == 24
+    assert sum(labelled["splits"]["test"].values()) == 6 and set(labelled["counts"]) <= set("0123456789")
 
     with server.client() as client, HashCache(tmp_path / "hashes.sqlite") as cache:
         assert client.datasets.plan_push(source, cache).missing == [], "a second push uploads nothing"

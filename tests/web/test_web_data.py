@@ -96,6 +96,7 @@ def data(web_server: RunningServer, tmp_path_factory: pytest.TempPathFactory) ->
     owner.cli("datasets", "create", f"{project}/{made.notes}", "--tag", "text", check=True)
     (base / "notes").mkdir()
     (base / "notes" / "readme.txt").write_text("notes\n")
+    (base / "notes" / "labels.csv").write_text("path,label\na.txt,spam\nb.txt,spam\nc.txt,<b>ham</b>\n")
     owner.cli("datasets", "push", f"{project}/{made.notes}", str(base / "notes"), check=True)
     (base / "bombs").mkdir()
     (base / "bombs" / "huge.png").write_bytes(png_header(20_000, 20_000))
@@ -164,6 +165,16 @@ def test_the_dataset_page_shows_its_card_versions_and_folders(visit: Visit, data
     visit.page.locator("#versions tr[data-version='v2'] .parent a").click()
     expect(visit.page.locator("#selected-version")).to_have_attribute("data-version", "v1")
     expect(visit.page.locator("#folder-chart .bars-row[data-folder='images']")).to_have_attribute("data-files", "3")
+
+
+def test_the_dataset_page_draws_the_label_counts_of_a_labels_table(visit: Visit, data: Data) -> None:
+    visit.log_in(data.tokens["owner"])
+    visit.page.goto(f"/data/{data.project}/{data.notes}")
+    chart = visit.page.locator("#label-chart")
+    expect(chart.locator("figcaption")).to_have_text("Labels (table labels.csv)")
+    expect(chart.locator(".bars-row[data-label='spam']")).to_have_attribute("data-count", "2")
+    expect(chart.locator(".bars-row").nth(1).locator("dt")).to_have_text("<b>ham</b>")  # a label is text
+    assert chart.locator(".bars-row[data-label='spam'] .bar-fill").evaluate("(bar) => bar.style.width") == "100%"
 
 
 def test_the_file_browser_shows_thumbnails_and_nested_folders(visit: Visit, data: Data) -> None:

@@ -128,6 +128,12 @@ def show(dataset: VersionedArgument, project: ProjectOption = None, output: Outp
         console.print(f"  read by jobs {', '.join(map(str, found.read_by))}")
     for folder, figures in sorted(found.statistics.get("folders", {}).items()):
         console.print(f"  {escape(folder)}/: {figures['files']:,} files, {format_bytes(figures['bytes'])}")
+    labelled = found.statistics.get("labels")
+    if labelled:
+        shown = list(labelled["counts"].items())
+        console.print(f"  labels ({escape(labelled['source'])}): "
+                      + ", ".join(f"{escape(label)} {count:,}" for label, count in shown[:20])
+                      + (f", … ({len(shown):,} labels)" if len(shown) > 20 else ""))
 
 
 @datasets_app.command("versions")

@@ -141,6 +141,19 @@ class FolderBar:
     percent: float
 
 
+def label_bars(statistics: dict, limit: int = 30) -> list[FolderBar]:
+    """Files (or annotations) per label, most first, as bars against the largest (`bytes` 0)."""
+    labelled = statistics.get("labels") if isinstance(statistics, dict) else None
+    counts = labelled.get("counts") if isinstance(labelled, dict) else None
+    if not isinstance(counts, dict):
+        return []
+    counted = sorted(((str(label), int(count)) for label, count in counts.items()),
+                     key=lambda item: (-item[1], item[0]))[:limit]
+    most = max((count for _, count in counted), default=0) or 1
+    return [FolderBar(folder=label, files=count, bytes=0, percent=round(100 * count / most, 1))
+            for label, count in counted]
+
+
 def folder_bars(statistics: dict, limit: int = 30) -> list[FolderBar]:
     """Files per top-level folder, most first, as bars against the largest."""
     folders = statistics.get("folders") if isinstance(statistics, dict) else None
@@ -198,6 +211,7 @@ def _dataset_context(request: Request, principal: auth.Principal, project: str, 
     return {
         "dataset": dataset, "versions": listing, "selected": selected,
         "graph": version_graph(listing), "bars": folder_bars(selected.statistics) if selected else [],
+        "label_bars": label_bars(selected.statistics) if selected else [],
         "aliases": aliases.list_aliases(database, principal, project, name),
         "requests": _requests(database, principal, dataset),
         "my_pending": [] if dataset.readable else _my_pending(database, principal, dataset),

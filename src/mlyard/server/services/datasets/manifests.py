@@ -15,6 +15,7 @@ from pathlib import Path
 
 from mlyard.api.datasets import DIGEST_PATTERN, MAX_FILES, MAX_PATH_LENGTH, version_fingerprint
 from mlyard.errors import InvalidRequest
+from mlyard.server.services.datasets import labels
 
 _DIGEST = re.compile(DIGEST_PATTERN)
 MAX_IMAGES_READ = 20_000
@@ -96,9 +97,9 @@ def fingerprint(entries: list[tuple[str, str]]) -> str:
 
 
 def statistics(entries: list[Entry], blob_path) -> dict:
-    """Counts by top-level folder and media type, and image formats and sizes read from the
-    blobs' headers (Pillow opens an image lazily: the pixels are not decoded). `blob_path`:
-    digest → its file."""
+    """Counts by top-level folder and media type, image formats and sizes read from the blobs'
+    headers (Pillow opens an image lazily: the pixels are not decoded), and label counts where
+    the files carry labels (`labels.py`). `blob_path`: digest → its file."""
     folders: dict[str, dict[str, int]] = {}
     for entry in entries:
         top = entry.path.split("/", 1)[0] if "/" in entry.path else "."
@@ -123,6 +124,8 @@ def statistics(entries: list[Entry], blob_path) -> dict:
         figures["images"] = {"count": len(images), "read": min(len(images), MAX_IMAGES_READ),
                              "unreadable": unreadable, "formats": dict(formats.most_common()),
                              "sizes": dict(sizes.most_common(TOP_SIZES))}
+    if (labelled := labels.label_counts(entries, blob_path)) is not None:
+        figures["labels"] = labelled
     return figures
 
 
