@@ -1,34 +1,28 @@
 """The trees of the dataset versions a job reads (and where it writes the ones it makes): `dataset-views/<job>/<dataset>/`, each file a
 hard link to its blob, so a version of any size is shown without copying a byte.
 
-A tree is made once per job, before its first attempt starts, and kept for its restarts (the
-version is pinned). It is built beside its final name and renamed into place, so a server that
-stops halfway leaves no tree that looks whole. Directories are 0555 and the blobs 0444: an
-account other than the server's cannot change them, and a replica on the server's own account
-sees the tree through a read-only mount (`runtime/hide_home.py`), a container through a
-read-only volume and a pod through a read-only `subPath` of the shared volume. A blob whose
-store lies on another filesystem, or that has as many links as the filesystem allows, is copied.
+A tree is made once per job and kept for its restarts (the version is pinned). The leader's
+worker (`workers/dataset_views.py`) builds it while the job waits, so that a big version holds
+up no other job's start; `prepare`, on the controller's start path, builds only what is still
+missing then. Both build with `storage/trees.py`: beside the final name, then renamed into
+place, so a server that stops halfway leaves no tree that looks whole. Directories are 0555 and
+the blobs 0444: an account other than the server's cannot change them, and a replica on the
+server's own account sees the tree through a read-only mount (`runtime/hide_home.py`), a
+container through a read-only volume and a pod through a read-only `subPath` of the shared volume.
 """
 
 from __future__ import annotations
 
-import errno
-import os
-import shutil
-import time
 from collections.abc import Iterable
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
 from mlyard.backends.base import DatasetMount
-from mlyard.errors import MlyardError
 from mlyard.paths import Paths
 from mlyard.server.services.datasets import job_inputs
 from mlyard.server.store.db import Database
 from mlyard.spec import DatasetInput, JobSpec, dataset_variable
 from mlyard.storage import BlobStore
-from mlyard.storage.trees import remove_read_only_tree
-
-_COPY_INSTEAD = (errno.EXDEV, errno.EMLINK, errno.EPERM)
+from mlyard.storage.trees import build
 
 
 def mounts(paths: Paths, job_id: int, inputs: Iterable[DatasetInput]) -> tuple[DatasetMount, ...]:
@@ -50,7 +44,7 @@ def output_directories(paths: Paths, job_id: int, spec: JobSpec) -> tuple[Path, 
 
 
 def prepare(database: Database, blobs: BlobStore, paths: Paths, job_id: int, inputs: list[DatasetInput]) -> None:
-    """Makes the trees of the job's inputs that are not there yet."""
+    """Makes the trees of the job's inputs that are not there yet (the worker has usually made them)."""
     missing = [item for item in inputs if not paths.dataset_view(job_id, item.name).is_dir()]
     if not missing:
         return
@@ -59,39 +53,3 @@ def prepare(database: Database, blobs: BlobStore, paths: Paths, job_id: int, inp
         files = [job_inputs.files_of(session, version) for version in versions]
     for item, listed in zip(missing, files, strict=True):
         build(paths.dataset_view(job_id, item.name), listed, blobs)
-
-
-def build(view: Path, files: Iterable[tuple[str, str]], blobs: BlobStore) -> None:
-    view.parent.mkdir(parents=True, exist_ok=True)
-    partial = view.with_name(f".{view.name}.partial-{os.getpid()}-{time.time_ns()}")
-    partial.mkdir()
-    try:
-        for path, digest in files:
-            relative = PurePosixPath(path)
-            # Every path was checked when its version was made; a tree is no place to find out otherwise.
-            if relative.is_absolute() or ".." in relative.parts:
-                raise MlyardError(f"a dataset file's path {path!r} leads out of its version")
-            target = partial.joinpath(*relative.parts)
-            target.parent.mkdir(parents=True, exist_ok=True)
-            source = blobs.path_for(digest)
-            if not source.is_file():
-                raise MlyardError(f"the store has lost the blob of {path!r} ({digest[:12]}…)")
-            _link_or_copy(source, target)
-        for directory, _, _ in os.walk(partial, topdown=False):
-            os.chmod(directory, 0o555)
-        os.rename(partial, view)
-    except BaseException:
-        remove_read_only_tree(partial)
-        raise
-
-
-def _link_or_copy(source: Path, target: Path) -> None:
-    try:
-        os.link(source, target)
-    except OSError as error:
-        if error.errno not in _COPY_INSTEAD:
-            raise
-        shutil.copyfile(source, target)
-        os.chmod(target, 0o444)
-
-

@@ -5,8 +5,9 @@ Each of them runs on `server/loop.py`'s `Loop`.
 `Supervisor` is what `Leadership` runs while this server leads: the controller first (it
 settles what a previous leader left before anything else acts), then the workers that follow
 leadership — resource sampling where the backend's node is this machine, the datasets jobs
-write, the sweep of ended jobs' dataset trees, the measure of volumes, and environment builds
-where the backend builds them. Stopping stops the controller first, then the workers.
+write, the dataset trees of jobs (built while they wait, removed once they end), the measure of
+volumes, and environment builds where the backend builds them. Stopping stops the controller
+first, then the workers.
 """
 
 from __future__ import annotations
@@ -66,7 +67,7 @@ class Supervisor:
         outputs = DatasetOutputs(database, self.settings.paths, self.controller.blobs, self.settings.max_blob_bytes)
         outputs.start()
         self.workers.append(outputs)
-        views = DatasetViewSweep(database, self.settings.paths)
+        views = DatasetViewSweep(database, self.settings.paths, self.controller.blobs)
         views.start()
         self.workers.append(views)
         usage = VolumeUsage(database, self.backend, self.settings.volume_scan_seconds)

@@ -112,6 +112,6 @@ def version_ids(session: Session, inputs: list[DatasetInput]) -> list[int]:
 
 
 def files_of(session: Session, version_id: int) -> tuple[tuple[str, str], ...]:
-    return tuple(session.execute(select(DatasetFileRow.path, DatasetFileRow.digest)
-                                 .where(DatasetFileRow.version_id == version_id)
-                                 .order_by(DatasetFileRow.path)).tuples())
+    return tuple((path, digest) for path, digest in session.execute(
+        select(DatasetFileRow.path, DatasetFileRow.digest).where(DatasetFileRow.version_id == version_id)
+        .order_by(DatasetFileRow.path)))
