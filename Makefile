@@ -10,7 +10,7 @@ $(VENV)/.installed: pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "mlyard needs Python 3.11 or newer")'
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[examples,test]'
+	$(BIN)/pip install --quiet -e '.[examples,test,cleaning]'
 	touch $@
 
 # TensorFlow lives in an environment of its own: the TF example's job points PATH at it.
@@ -42,6 +42,7 @@ bench: $(VENV)/.installed
 	$(BIN)/python bench/scaling.py
 	$(BIN)/python bench/datasets.py
 	$(BIN)/python bench/dataset_reads.py
+	$(BIN)/python bench/cleaning.py
 
 # Copies the web UI's front-end libraries (pinned in frontend/package.json) into the package;
 # the copies are committed, so running mlyard needs no npm.

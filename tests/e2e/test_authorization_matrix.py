@@ -49,6 +49,7 @@ class World:
     """A directory under the server's MLYARD_DATA_ROOTS, to register."""
     dataset: str | None = None
     catalog: str | None = None
+    check: int | None = None
 
     def http(self, persona: str) -> httpx.Client:
         headers = {} if persona == "anonymous" else {"Authorization": f"Bearer {self.tokens[persona]}"}
@@ -206,6 +207,16 @@ def _fresh_dataset(world: World, *, versions: int) -> str:
     return name
 
 
+def _check(world: World) -> int:
+    """A cleaning report of the matrix's dataset, started by `member` once."""
+    if world.check is None:
+        with world.http("member") as http:
+            made = http.post(f"/datasets/{world.project}/{_dataset(world)}/versions/v1/checks", json={})
+            assert made.status_code == 202, made.text
+            world.check = made.json()["id"]
+    return world.check
+
+
 def _fresh_volume(world: World) -> str:
     """A volume of P made by `member` for one call."""
     name = f"fv-{next(_counter)}"
@@ -346,6 +357,19 @@ RULES: dict[str, Rule] = {
         DATASET_MANAGERS, _answer_request("grant")),
     "POST /api/v1/datasets/{project}/{name}/requests/{request_id}/refuse": Rule(
         DATASET_MANAGERS, _answer_request("refuse")),
+    # Cleaning reports: a job of the dataset's project makes one (its members start it), its
+    # readers see them; cleaning makes a version (members; 409 here, no report being done).
+    "POST /api/v1/datasets/{project}/{name}/versions/{version}/checks": Rule(
+        PROJECT_WRITERS, _on_dataset("POST", "/versions/v1/checks", json={"distance": 4}),
+        hidden_from=frozenset({"outsider"})),
+    "GET /api/v1/datasets/{project}/{name}/versions/{version}/checks": Rule(
+        PROJECT_READERS, _on_dataset("GET", "/versions/v1/checks"), hidden_from=frozenset({"outsider"})),
+    "GET /api/v1/datasets/checks/{check_id}/report": Rule(
+        PROJECT_READERS, lambda w, h: h.get(f"/datasets/checks/{_check(w)}/report"),
+        hidden_from=frozenset({"outsider"})),
+    "POST /api/v1/datasets/{project}/{name}/versions/{version}/clean": Rule(
+        PROJECT_WRITERS, _on_dataset("POST", "/versions/v1/clean", json={"drop": ["duplicates"]}),
+        hidden_from=frozenset({"outsider"})),
     "GET /api/v1/datasets/requests": Rule(ANY_USER, _get("/datasets/requests")),
     # Ownership: administrators register data and decide claims of it; a transfer is asked by the
     # owner or the project's maintainers (its decision, by the receiving project's maintainers,

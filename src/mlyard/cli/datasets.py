@@ -340,3 +340,7 @@ def remove(dataset: VersionedArgument, project: ProjectOption = None) -> None:
 from mlyard.cli.dataset_sharing import add_commands  # noqa: E402 - its commands join this group
 
 add_commands(datasets_app)
+
+from mlyard.cli.dataset_cleaning import add_commands as add_cleaning  # noqa: E402 - its commands join this group
+
+add_cleaning(datasets_app)

@@ -19,6 +19,7 @@ from pathlib import Path
 from stat import S_ISREG
 from typing import TYPE_CHECKING, Any
 
+from mlyard.client.dataset_checks import DatasetCheckCalls
 from mlyard.client.dataset_sharing import DatasetSharing
 from mlyard.client.hash_cache import HashCache, sha256_of
 
@@ -57,7 +58,7 @@ def _path(project: str, name: str) -> str:
     return f"/datasets/{project}/{name}"
 
 
-class Datasets(DatasetSharing):
+class Datasets(DatasetSharing, DatasetCheckCalls):
     def __init__(self, client: Client):
         self._client = client
 

@@ -13,6 +13,7 @@ from starlette.responses import Response
 from mlyard.web import (
     api_docs,
     data,
+    data_checks,
     data_files,
     job_charts,
     logstream,
@@ -37,7 +38,7 @@ async def _refused(request: Request, refusal: session.PageRefused) -> Response:
 def install(app: FastAPI) -> None:
     app.add_exception_handler(session.PageRefused, _refused)
     app.include_router(session.router)
-    for module in (pages, logstream, job_charts, overview, submit, nodes, queues, data, data_files, volumes,
-                   api_docs):
+    for module in (pages, logstream, job_charts, overview, submit, nodes, queues, data, data_files, data_checks,
+                   volumes, api_docs):
         app.include_router(module.router)
     app.mount("/static", StaticFiles(directory=STATIC_DIRECTORY), name="static")

@@ -44,8 +44,10 @@ def test_the_supervisor_runs_the_controller_and_says_what_it_adopted(tmp_path: P
     workers = list(supervisor.workers)
     try:
         assert controller.running and supervisor.adopted == 0
-        # What every backend's jobs need: their datasets' outputs collected, their trees swept, their volumes measured.
-        assert [type(worker).__name__ for worker in workers] == ["DatasetOutputs", "DatasetViewSweep", "VolumeUsage"]
+        # What every backend's jobs need: their datasets' outputs collected, their trees swept, their volumes
+        # measured, their cleaning reports stored.
+        assert [type(worker).__name__ for worker in workers] == ["DatasetOutputs", "DatasetViewSweep", "VolumeUsage",
+                                                                  "DatasetChecks"]
         assert all(worker._loop.alive for worker in workers)
     finally:
         supervisor.stop()

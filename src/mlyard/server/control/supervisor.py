@@ -18,6 +18,7 @@ from mlyard.backends.base import Backend
 from mlyard.server import heap
 from mlyard.server.control.controller import Controller
 from mlyard.server.settings import ServerSettings
+from mlyard.server.workers.dataset_checks import DatasetChecks
 from mlyard.server.workers.dataset_outputs import DatasetOutputs
 from mlyard.server.workers.dataset_views import DatasetViewSweep
 from mlyard.server.workers.environment_builds import EnvironmentBuilds, builder_for
@@ -73,6 +74,9 @@ class Supervisor:
         usage = VolumeUsage(database, self.backend, self.settings.volume_scan_seconds)
         usage.start()
         self.workers.append(usage)
+        checks = DatasetChecks(database, self.settings.paths)
+        checks.start()
+        self.workers.append(checks)
         builder = builder_for(self.backend, self.settings.paths, self.settings.environment_builds,
                               isolate=self.settings.job_isolation == "namespace")
         if builder is not None:

@@ -197,3 +197,24 @@ class DatasetOutputRow(Base):
     version_id: Mapped[int | None] = mapped_column(ForeignKey("dataset_versions.id", ondelete="SET NULL"),
                                                    nullable=True)
     message: Mapped[str] = mapped_column(Text, default="")
+
+
+class DatasetCheckRow(Base):
+    """A cleaning report of a version, made by a job (`services/datasets/checks.py`): `running`
+    until the job ends, then `done` (the report stored) or `failed` (why in `message`)."""
+
+    __tablename__ = "dataset_checks"
+    __table_args__ = (Index("ix_dataset_checks_state", "state"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    version_id: Mapped[int] = mapped_column(ForeignKey("dataset_versions.id", ondelete="CASCADE"), index=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
+    state: Mapped[str] = mapped_column(String(16), default="running")
+    distance: Mapped[int] = mapped_column(Integer)
+    created_by: Mapped[int | None] = mapped_column(ForeignKey("users.id"), nullable=True)
+    created_at: Mapped[float] = mapped_column(Float)
+    finished_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    message: Mapped[str] = mapped_column(Text, default="")
+    report: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+
+    creator: Mapped[UserRow | None] = relationship(lazy="joined")

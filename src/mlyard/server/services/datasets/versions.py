@@ -103,12 +103,17 @@ def create_version(database: Database, store: BlobStore, principal: auth.Princip
     figures = manifests.statistics(entries, store.path_for)  # reads files: outside any transaction
     with database.transaction() as session:
         dataset = access.writable(session, principal, project, name)
-        number = (session.scalar(select(func.max(DatasetVersionRow.number))
-                                 .where(DatasetVersionRow.dataset_id == dataset.id)) or 0) + 1
-        row = add_version(session, store, dataset, number=number, parent=parent, message=request.message,
+        row = add_version(session, store, dataset, number=next_number(session, dataset), parent=parent,
+                          message=request.message,
                           entries=entries, figures=figures, created_by=principal.user_id, by=principal.name,
                           source_job=source_job)
         return VersionCreated(version=info(session, dataset, row), created=True)
+
+
+def next_number(session: Session, dataset: DatasetRow) -> int:
+    """The number of the dataset's next version (its row locked by the caller: `access.writable`)."""
+    return (session.scalar(select(func.max(DatasetVersionRow.number))
+                           .where(DatasetVersionRow.dataset_id == dataset.id)) or 0) + 1
 
 
 def add_version(session: Session, store: BlobStore, dataset: DatasetRow, *, number: int,

@@ -1,0 +1,55 @@
+"""What the API takes and returns about cleaning reports of dataset versions (`mlyard datasets
+check`, made by a job over the version's files) and cleaning (`mlyard datasets clean`: a child
+version without the files a report found wrong). Times are UTC seconds since the epoch."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+DropKind = Literal["duplicates", "near-duplicates", "corrupt", "wrong-extension", "leaks", "conflicts",
+                   "label-issues"]
+"""What `clean` drops: the copies of exact duplicates (the first of each group stays), of near
+duplicates (likewise), undecodable and empty files, files whose content is not what their
+extension says, the held-out side (test, val, …) of each leak, every file of a label conflict,
+and the files cleanlab flags."""
+DROP_KINDS: tuple[str, ...] = DropKind.__args__
+MAX_DISTANCE = 32
+
+
+class CheckRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    distance: int = Field(default=6, ge=0, le=MAX_DISTANCE,
+                          description="near duplicates: perceptual hashes (64 bits) at most this many bits apart")
+
+
+class CleanRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    drop: list[DropKind] = Field(min_length=1, max_length=len(DROP_KINDS))
+    keep: Literal["first"] = Field(default="first", description="which file of a group of duplicates stays: the "
+                                                                 "first by path")
+    message: str = Field(default="", max_length=1000, description="the new version's message (default: what was "
+                                                                  "dropped)")
+
+
+class CheckInfo(BaseModel):
+    id: int
+    project: str
+    dataset: str
+    version: str
+    job: int
+    state: Literal["running", "done", "failed"]
+    distance: int
+    created_by: str | None
+    created_at: float
+    finished_at: float | None
+    message: str
+    summary: dict[str, Any] | None = None
+    """The report's counts, once it is done."""
+
+
+class CheckReport(CheckInfo):
+    report: dict[str, Any] | None = None

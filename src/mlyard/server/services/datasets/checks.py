@@ -1,0 +1,189 @@
+"""Cleaning reports of dataset versions, and cleaning: a child version without what a report
+found wrong.
+
+A report is made by an ordinary job of the dataset's project (`python -m mlyard.cleaning` over
+the version, mounted read-only at `data/`), so it queues under the project's quota like any
+job, and its progress is the job's log. The job writes the report into its own checkpoint
+directory; the leader stores it with the version once the job succeeds
+(`workers/dataset_checks.py`). The job's command holds no user text: the dataset reaches it as
+a mount, the distance as a number.
+
+Cleaning reads the newest finished report of the version and makes the child version from the
+parent's own file rows (no upload, no byte copied), without the files the chosen kinds name.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from mlyard.api.dataset_checks import CheckInfo, CheckReport, CheckRequest, CleanRequest
+from mlyard.api.datasets import VersionCreated, version_name
+from mlyard.errors import Conflict, NotFound
+from mlyard.server import auth
+from mlyard.server.services import job_submission
+from mlyard.server.services.datasets import access, aliases, manifests, versions
+from mlyard.server.store.dataset_rows import DatasetCheckRow, DatasetFileRow, DatasetRow, DatasetVersionRow
+from mlyard.server.store.db import Database
+from mlyard.spec import DatasetInput, JobSpec
+
+REPORT_FILE = "cleaning-report.json"
+"""Where the job writes its report, in its checkpoint directory (MLYARD_CHECKPOINT_DIR)."""
+MAX_CHECKS_LISTED = 50
+
+
+def _info(row: DatasetCheckRow, dataset: DatasetRow, version: DatasetVersionRow) -> CheckInfo:
+    summary = row.report.get("summary") if isinstance(row.report, dict) else None
+    return CheckInfo(id=row.id, project=dataset.project, dataset=dataset.name, version=version_name(version.number),
+                     job=row.job_id, state=row.state, distance=row.distance,
+                     created_by=row.creator.name if row.creator else None, created_at=row.created_at,
+                     finished_at=row.finished_at, message=row.message,
+                     summary=summary if isinstance(summary, dict) else None)
+
+
+def _command(distance: int) -> str:
+    return (f'python -m mlyard.cleaning data --report "$MLYARD_CHECKPOINT_DIR/{REPORT_FILE}" '
+            f"--distance {int(distance)}")
+
+
+def start_check(database: Database, principal: auth.Principal, project: str, name: str, reference: str,
+                request: CheckRequest, *, wake: Callable[[], None], check_image=None) -> CheckInfo:
+    """Submits the job that makes the report (members of the dataset's project: the job is theirs)."""
+    auth.authorize(principal, auth.Action.WRITE)
+    with database.reading() as session:
+        dataset = access.readable(session, principal, project, name)
+        auth.require_role(principal, project, auth.Role.MEMBER, f"check dataset {project}/{name}")
+        version = aliases.resolve(session, dataset, reference)
+        number = version.number
+    spec = JobSpec(name=f"check-{name}"[:63].rstrip("-"), project=project, command=_command(request.distance),
+                   datasets=[DatasetInput(name=name, project=project, version=version_name(number), path="data")])
+    job = job_submission.submit(database, principal, spec, wake=wake, check_image=check_image)
+    with database.transaction() as session:
+        dataset = access.seen(session, principal, project, name)
+        version = aliases.resolve(session, dataset, version_name(number))
+        row = DatasetCheckRow(version_id=version.id, job_id=job.id, state="running", distance=request.distance,
+                              created_by=principal.user_id, created_at=time.time(), message="")
+        session.add(row)
+        session.flush()
+        return _info(row, dataset, version)
+
+
+def list_checks(database: Database, principal: auth.Principal, project: str, name: str,
+                reference: str) -> list[CheckInfo]:
+    """The version's reports, newest first."""
+    auth.authorize(principal, auth.Action.READ)
+    with database.reading() as session:
+        dataset = access.readable(session, principal, project, name)
+        version = aliases.resolve(session, dataset, reference)
+        rows = session.scalars(select(DatasetCheckRow).where(DatasetCheckRow.version_id == version.id)
+                               .order_by(DatasetCheckRow.id.desc()).limit(MAX_CHECKS_LISTED))
+        return [_info(row, dataset, version) for row in rows]
+
+
+def get_check(database: Database, principal: auth.Principal, check_id: int) -> CheckReport:
+    """A report with its groups, for those who may read the version's files."""
+    auth.authorize(principal, auth.Action.READ)
+    with database.reading() as session:
+        row, dataset, version = _find(session, principal, check_id)
+        return CheckReport(**_info(row, dataset, version).model_dump(), report=row.report)
+
+
+def _find(session: Session, principal: auth.Principal,
+          check_id: int) -> tuple[DatasetCheckRow, DatasetRow, DatasetVersionRow]:
+    found = session.execute(
+        select(DatasetCheckRow, DatasetVersionRow, DatasetRow)
+        .join(DatasetVersionRow, DatasetVersionRow.id == DatasetCheckRow.version_id)
+        .join(DatasetRow, DatasetRow.id == DatasetVersionRow.dataset_id)
+        .where(DatasetCheckRow.id == check_id)).first()
+    if found is None:
+        raise NotFound(f"no cleaning report {check_id}", field="check_id")
+    row, version, dataset = found
+    try:
+        access.readable(session, principal, dataset.project, dataset.name)
+    except NotFound:
+        raise NotFound(f"no cleaning report {check_id}", field="check_id") from None
+    return row, dataset, version
+
+
+def dropped_paths(report: dict[str, Any], kinds: Iterable[str]) -> dict[str, str]:
+    """Path → why, for the files `clean` leaves out of the child."""
+    dropped: dict[str, str] = {}
+
+    def drop(paths: Iterable[object], why: str) -> None:
+        for path in paths:
+            if isinstance(path, str):
+                dropped.setdefault(path, why)
+
+    chosen = set(kinds)
+    if "duplicates" in chosen:
+        for group in report.get("exact_duplicates") or []:
+            drop(sorted(group.get("paths") or [])[1:], "exact duplicate")
+    if "near-duplicates" in chosen:
+        for group in report.get("near_duplicates") or []:
+            drop(sorted(group.get("paths") or [])[1:], "near duplicate")
+    if "corrupt" in chosen:
+        drop((item.get("path") for item in report.get("corrupt") or []), "cannot be decoded")
+        drop(report.get("empty") or [], "empty")
+    if "wrong-extension" in chosen:
+        drop((item.get("path") for item in report.get("wrong_extension") or []), "wrong extension")
+    if "leaks" in chosen:
+        for pair in report.get("leaks") or []:
+            drop((path for path in pair.get("paths") or [] if not _in_training(path)), "leak across splits")
+    if "conflicts" in chosen:
+        for group in report.get("label_conflicts") or []:
+            drop(group.get("paths") or [], "label conflict")
+    if "label-issues" in chosen:
+        drop((item.get("path") for item in report.get("label_issues") or []), "label issue")
+    return dropped
+
+
+def _in_training(path: object) -> bool:
+    return isinstance(path, str) and path.split("/", 1)[0].lower() in ("train", "training")
+
+
+def clean(database: Database, store, principal: auth.Principal, project: str, name: str, reference: str,
+          request: CleanRequest) -> VersionCreated:
+    """A child of the version without the files its newest report finds wrong in the kinds asked."""
+    auth.authorize(principal, auth.Action.WRITE)
+    with database.reading() as session:
+        dataset = access.seen(session, principal, project, name)
+        auth.require_role(principal, project, auth.Role.MEMBER, f"add versions to dataset {project}/{name}")
+        parent = aliases.resolve(session, dataset, reference)
+        report = session.scalars(select(DatasetCheckRow.report).where(
+            DatasetCheckRow.version_id == parent.id, DatasetCheckRow.state == "done")
+            .order_by(DatasetCheckRow.id.desc())).first()
+        if not isinstance(report, dict):
+            raise Conflict(f"{project}/{name}:{version_name(parent.number)} has no finished cleaning report; "
+                           f"`mlyard datasets check {project}/{name}:{version_name(parent.number)}` makes one",
+                           field="version")
+        dropped = dropped_paths(report, request.drop)
+        files = session.execute(select(DatasetFileRow.path, DatasetFileRow.digest, DatasetFileRow.size,
+                                       DatasetFileRow.media_type)
+                                .where(DatasetFileRow.version_id == parent.id).order_by(DatasetFileRow.path)).all()
+        entries = [manifests.Entry(path=path, digest=digest, size=size, media_type=media_type)
+                   for path, digest, size, media_type in files if path not in dropped]
+        if len(entries) == len(files):
+            return VersionCreated(version=versions.info(session, dataset, parent), created=False)
+        parent_id = parent.id
+    figures = manifests.statistics(entries, store.path_for)  # reads files: outside any transaction
+    with database.transaction() as session:
+        dataset = access.writable(session, principal, project, name)
+        parent = session.get(DatasetVersionRow, parent_id)
+        if parent is None or parent.dataset_id != dataset.id:
+            raise Conflict(f"{project}/{name}:{reference} was removed meanwhile", field="version")
+        row = versions.add_version(session, store, dataset, number=versions.next_number(session, dataset),
+                                   parent=parent, message=request.message or _message(dropped, request.drop),
+                                   entries=entries, figures=figures, created_by=principal.user_id, by=principal.name)
+        return VersionCreated(version=versions.info(session, dataset, row), created=True)
+
+
+def _message(dropped: dict[str, str], kinds: Iterable[str]) -> str:
+    reasons: dict[str, int] = {}
+    for why in dropped.values():
+        reasons[why] = reasons.get(why, 0) + 1
+    said = ", ".join(f"{count} {why}" for why, count in sorted(reasons.items()))
+    return f"cleaned ({', '.join(kinds)}): dropped {len(dropped)} files: {said}"

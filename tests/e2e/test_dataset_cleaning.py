@@ -1,0 +1,98 @@
+"""Cleaning a dataset version through the real server and CLI: `mlyard datasets check` runs the
+report as a job of the dataset's project, `report` shows it, and `clean` makes a child version
+without what it found, whose own report is clean."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+from conftest import RunningServer
+
+from test_datasets import unique
+
+pytestmark = pytest.mark.slow
+
+
+def planted_digits(folder: Path) -> dict[str, list[str]]:
+    """40 of scikit-learn's digits as 32×32 PNGs under train/<label>/ and test/<label>/, with one
+    problem of each kind planted; returns the planted paths by kind."""
+    from PIL import Image
+    from sklearn.datasets import load_digits
+
+    digits = load_digits()
+    paths = []
+    for index in range(40):
+        split = "test" if index % 4 == 0 else "train"
+        target = folder / split / str(digits.target[index]) / f"{index}.png"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        pixels = (digits.images[index] * 255 / 16).astype("uint8")
+        Image.fromarray(pixels, mode="L").resize((32, 32), Image.NEAREST).save(target)
+        paths.append(target.relative_to(folder).as_posix())
+    planted: dict[str, list[str]] = {}
+    source = folder / paths[1]
+    copy = source.with_name("copy-of-1.png")
+    shutil.copyfile(source, copy)
+    planted["duplicate"] = [copy.relative_to(folder).as_posix()]
+    truncated = folder / paths[2]
+    truncated.write_bytes(truncated.read_bytes()[:60])
+    planted["corrupt"] = [paths[2]]
+    wrong = (folder / paths[3]).with_suffix(".jpg")
+    (folder / paths[3]).rename(wrong)
+    planted["wrong_extension"] = [wrong.relative_to(folder).as_posix()]
+    test_image = folder / paths[4]  # a test image, again in train: a leak
+    leaked = folder / "train" / test_image.parent.name / "leaked-4.png"
+    Image.open(test_image).convert("L").save(leaked, optimize=True)
+    planted["leak"] = [paths[4], leaked.relative_to(folder).as_posix()]
+    other = "7" if test_image.parent.name != "7" else "1"
+    conflict = folder / "train" / other / "relabelled-5.png"
+    conflict.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(folder / paths[5], conflict)
+    planted["conflict"] = [paths[5], conflict.relative_to(folder).as_posix()]
+    return planted
+
+
+def test_a_report_finds_the_planted_problems_and_clean_makes_a_clean_child(server: RunningServer,
+                                                                           tmp_path: Path) -> None:
+    name = unique("dirty-digits")
+    planted = planted_digits(tmp_path / "digits")
+    server.cli_json("datasets", "push", name, str(tmp_path / "digits"))
+
+    shown = server.cli_json("datasets", "check", f"{name}:v1", "--wait", "--timeout", "300")
+    assert shown["state"] == "done", shown
+    report = shown["report"]
+    assert any(planted["duplicate"][0] in group["paths"] for group in report["exact_duplicates"])
+    assert [item["path"] for item in report["corrupt"]] == planted["corrupt"]
+    assert [item["path"] for item in report["wrong_extension"]] == planted["wrong_extension"]
+    assert any(sorted(pair["paths"]) == sorted(planted["leak"]) for pair in report["leaks"]), report["leaks"]
+    assert any(set(planted["conflict"]) <= set(group["paths"]) for group in report["label_conflicts"])
+    job = shown["job"]
+    assert f"cleaning report {shown['id']} stored" in " ".join(
+        event["message"] or "" for event in server.cli_json("show", str(job))["events"])
+    assert server.cli_json("show", str(job))["spec"]["datasets"][0]["version"] == "v1"
+    printed = server.cli("datasets", "report", f"{name}:v1", check=True).stdout
+    assert "exact duplicates" in printed and planted["corrupt"][0] in printed
+
+    cleaned = server.cli_json("datasets", "clean", f"{name}:v1", "--drop",
+                              "duplicates,corrupt,wrong-extension,leaks,conflicts")
+    assert cleaned["created"] and cleaned["version"]["parent"] == "v1"
+    child = cleaned["version"]["version"]
+    files = {item["path"] for item in server.cli_json("datasets", "diff", name, "v1", child)["removed"]}
+    assert planted["duplicate"][0] in files and set(planted["corrupt"] + planted["wrong_extension"]) <= files
+    assert planted["leak"][0] in files, "the held-out side of a leak goes"
+    again = server.cli_json("datasets", "check", f"{name}:{child}", "--wait", "--timeout", "300")["report"]
+    summary = again["summary"]
+    assert (summary["exact_duplicates"], summary["corrupt"], summary["wrong_extension"], summary["leaks"],
+            summary["label_conflicts"]) == (0, 0, 0, 0, 0), summary
+
+    assert "nothing to drop" in server.cli("datasets", "clean", f"{name}:{child}", "--drop", "duplicates",
+                                           check=True).stdout
+    refused = server.cli("datasets", "clean", f"{name}:v1", "--drop", "everything")
+    assert refused.returncode == 2 and "not one of" in refused.stderr and "Traceback" not in refused.stderr
+    (tmp_path / "one").mkdir()
+    (tmp_path / "one" / "a.txt").write_text("a\n")
+    unchecked = unique("unchecked")
+    server.cli_json("datasets", "push", unchecked, str(tmp_path / "one"))
+    no_report = server.cli("datasets", "clean", f"{unchecked}:v1", "--drop", "duplicates")
+    assert no_report.returncode == 1 and "has no finished cleaning report" in no_report.stderr, no_report.stderr
