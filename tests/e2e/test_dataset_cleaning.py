@@ -96,3 +96,50 @@ def test_a_report_finds_the_planted_problems_and_clean_makes_a_clean_child(serve
     server.cli_json("datasets", "push", unchecked, str(tmp_path / "one"))
     no_report = server.cli("datasets", "clean", f"{unchecked}:v1", "--drop", "duplicates")
     assert no_report.returncode == 1 and "has no finished cleaning report" in no_report.stderr, no_report.stderr
+
+
+def test_predictions_from_another_dataset_rank_the_corrupted_labels(server: RunningServer, tmp_path: Path) -> None:
+    import numpy as np
+    from PIL import Image
+    from sklearn.datasets import load_digits
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.model_selection import cross_val_predict
+
+    digits = load_digits()
+    count = 300
+    labels = digits.target[:count].copy()
+    rng = np.random.default_rng(7)
+    corrupted = rng.choice(count, size=15, replace=False)  # 5% of the labels are wrong
+    labels[corrupted] = (labels[corrupted] + rng.integers(1, 10, size=15)) % 10
+    folder = tmp_path / "labelled"
+    paths = []
+    for index in range(count):
+        target = folder / "train" / str(labels[index]) / f"{index}.png"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        Image.fromarray((digits.images[index] * 255 / 16).astype("uint8"), mode="L").save(target)
+        paths.append(target.relative_to(folder).as_posix())
+    probabilities = cross_val_predict(LogisticRegression(max_iter=2000), digits.data[:count], labels, cv=5,
+                                      method="predict_proba")
+    predictions = tmp_path / "predictions"
+    predictions.mkdir()
+    rows = ["path," + ",".join(str(label) for label in range(10))]
+    rows += [f"{path}," + ",".join(f"{value:.6f}" for value in row) for path, row in zip(paths, probabilities)]
+    (predictions / "probabilities.csv").write_text("\n".join(rows) + "\n")
+    name, preds = unique("labelled-digits"), unique("digit-predictions")
+    server.cli_json("datasets", "push", name, str(folder))
+    server.cli_json("datasets", "push", preds, str(predictions))
+
+    shown = server.cli_json("datasets", "check", f"{name}:v1", "--distance", "2", "--predictions",
+                            "probabilities.csv", "--predictions-from", f"{preds}:v1", "--wait", "--timeout", "300")
+    assert shown["state"] == "done", shown
+    flagged = {item["path"] for item in shown["report"]["label_issues"]}
+    wrong = {paths[index] for index in corrupted}
+    assert len(flagged & wrong) >= len(wrong) // 2, (sorted(flagged), sorted(wrong))
+    inputs = server.cli_json("show", str(shown["job"]))["spec"]["datasets"]
+    assert [(item["name"], item["path"]) for item in inputs] == [(name, "data"), (preds, "predictions")]
+
+    missing = server.cli("datasets", "check", f"{name}:v1", "--predictions", "p.csv", "--predictions-from",
+                         unique("nowhere"))
+    assert missing.returncode == 1 and "does not exist" in missing.stderr and "Traceback" not in missing.stderr
+    slipped = server.cli("datasets", "check", f"{name}:v1", "--predictions", "../../etc/passwd")
+    assert slipped.returncode == 1 and "predictions.path" in slipped.stderr, slipped.stderr

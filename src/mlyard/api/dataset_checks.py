@@ -6,7 +6,10 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from mlyard.spec import ALIAS_PATTERN, NAME_PATTERN, VERSION_PATTERN
+from mlyard.spec.storage import plain_path
 
 DropKind = Literal["duplicates", "near-duplicates", "corrupt", "wrong-extension", "leaks", "conflicts",
                    "label-issues"]
@@ -18,11 +21,30 @@ DROP_KINDS: tuple[str, ...] = DropKind.__args__
 MAX_DISTANCE = 32
 
 
+class PredictionsRef(BaseModel):
+    """A CSV of out-of-sample predicted probabilities (a `path` column, one column per class) in a
+    dataset version: pushed, or written by the job that made them (its `outputs:`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    dataset: str = Field(pattern=NAME_PATTERN)
+    project: str | None = Field(default=None, pattern=NAME_PATTERN, description="default: the checked dataset's")
+    version: str = Field(default="latest", pattern=f"^({VERSION_PATTERN[1:-1]}|{ALIAS_PATTERN[1:-1]})$")
+    path: str = Field(max_length=255, description="the CSV's path in that version")
+
+    @field_validator("path")
+    @classmethod
+    def _path(cls, value: str) -> str:
+        return plain_path(value) or ""
+
+
 class CheckRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     distance: int = Field(default=6, ge=0, le=MAX_DISTANCE,
                           description="near duplicates: perceptual hashes (64 bits) at most this many bits apart")
+    predictions: PredictionsRef | None = Field(
+        default=None, description="with labels: cleanlab ranks likely label errors from these probabilities")
 
 
 class CleanRequest(BaseModel):

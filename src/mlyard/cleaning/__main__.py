@@ -1,5 +1,6 @@
 """`python -m mlyard.cleaning ROOT --files MANIFEST.json --report OUT.json [--distance 6]
-[--predictions CSV]`: the cleaning report of the files under ROOT, as a job runs it.
+[--predictions CSV]`: the cleaning report of the files under ROOT, as a job runs it
+(`--checkpoint-report NAME` instead of `--report`: in the job's MLYARD_CHECKPOINT_DIR).
 
 MANIFEST.json is a version's manifest (`{"files": [{"path", "sha256", "size"}, …]}`); without
 it, ROOT's regular files are hashed (links are not followed). Progress goes to stdout a line at a
@@ -31,10 +32,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = _Parser(prog="python -m mlyard.cleaning", description="The cleaning report of a dataset's files.")
     parser.add_argument("root", type=Path, help="the folder holding the files")
     parser.add_argument("--files", type=Path, help="the version's manifest (else ROOT is walked and hashed)")
-    parser.add_argument("--report", type=Path, required=True, help="where to write the report (JSON)")
+    where = parser.add_mutually_exclusive_group(required=True)
+    where.add_argument("--report", type=Path, help="where to write the report (JSON)")
+    where.add_argument("--checkpoint-report", metavar="NAME",
+                       help="write it as NAME in the job's MLYARD_CHECKPOINT_DIR, where the server collects it")
     parser.add_argument("--distance", type=int, default=6, help="perceptual hash bits apart of near-duplicates")
     parser.add_argument("--predictions", type=Path, help="out-of-sample predicted probabilities (CSV)")
     arguments = parser.parse_args(argv)
+    if arguments.checkpoint_report is not None:
+        arguments.report = _in_checkpoints(arguments.checkpoint_report)
     try:
         report = _run(arguments)
         _write_atomically(arguments.report, report)
@@ -44,6 +50,15 @@ def main(argv: list[str] | None = None) -> int:
         _fail(f"{error.filename or ''}: {error.strerror or error}".lstrip(": "))
     print("summary " + json.dumps(report["summary"]), flush=True)
     return 0
+
+
+def _in_checkpoints(name: str) -> Path:
+    folder = os.environ.get("MLYARD_CHECKPOINT_DIR")
+    if not folder:
+        _fail("--checkpoint-report: MLYARD_CHECKPOINT_DIR is not set (it is in every mlyard job)")
+    if "/" in name or name in ("", ".", ".."):
+        _fail(f"--checkpoint-report: {name!r} is not a file name")
+    return Path(folder) / name
 
 
 def _run(arguments: argparse.Namespace) -> dict[str, Any]:

@@ -50,14 +50,24 @@ def _wait(client: Client, check: CheckInfo, timeout: float) -> CheckInfo:
 def check(dataset: VersionedArgument,
           distance: Annotated[int, typer.Option(min=0, max=MAX_DISTANCE, help="near duplicates: perceptual "
                                                 "hashes at most this many bits (of 64) apart")] = 6,
+          predictions: Annotated[str | None, typer.Option(
+              metavar="PATH", help="a CSV of out-of-sample predicted probabilities (a path column, one column per "
+              "class) in the checked version, or in --predictions-from: cleanlab ranks likely label errors")] = None,
+          predictions_from: Annotated[str | None, typer.Option(
+              metavar="DATASET[:VERSION]", help="the dataset version holding --predictions (a job's outputs, say)")] = None,
           wait: Annotated[bool, typer.Option(help="wait for the report and print it")] = False,
           timeout: Annotated[float, typer.Option(help="with --wait: give up after this many seconds")] = 3600,
           output: OutputOption = OutputFormat.table) -> None:
     """Make a cleaning report of a version: a job of the dataset's project finds exact and near
     duplicates, leaks across train/test, undecodable files, wrong extensions and label conflicts."""
     project, name, version = _named(dataset)
+    if predictions_from is not None and predictions is None:
+        raise UsageError("--predictions-from names where --predictions PATH lies; give the PATH too")
+    source = _named(predictions_from) if predictions_from is not None else (project, name, version)
+    wanted = ({"project": source[0], "dataset": source[1], "version": source[2], "path": predictions}
+              if predictions is not None else None)
     with Client() as client:
-        made = client.datasets.check(project, name, version, distance=distance)
+        made = client.datasets.check(project, name, version, distance=distance, predictions=wanted)
         if not wait:
             if output is OutputFormat.json:
                 print_json(made)

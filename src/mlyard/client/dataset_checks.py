@@ -18,10 +18,12 @@ class DatasetCheckCalls:
     def _json(self, method: str, path: str, **kwargs: Any) -> Any:  # pragma: no cover - Datasets has it
         raise NotImplementedError
 
-    def check(self, project: str, name: str, version: str, *, distance: int = 6) -> CheckInfo:
+    def check(self, project: str, name: str, version: str, *, distance: int = 6,
+              predictions: dict[str, str] | None = None) -> CheckInfo:
+        """`predictions`: {dataset, project, version, path} of a CSV of predicted probabilities."""
         from mlyard.api.dataset_checks import CheckInfo
-        return CheckInfo.model_validate(self._json("POST", _version(project, name, version) + "/checks",
-                                                   json={"distance": distance}))
+        body: dict[str, Any] = {"distance": distance, **({"predictions": predictions} if predictions else {})}
+        return CheckInfo.model_validate(self._json("POST", _version(project, name, version) + "/checks", json=body))
 
     def checks(self, project: str, name: str, version: str) -> list[CheckInfo]:
         from mlyard.api.dataset_checks import CheckInfo

@@ -23,7 +23,7 @@ def dataset_variable(name: str) -> str:
     return "MLYARD_DATASET_" + name.upper().replace("-", "_")
 
 
-def _plain_path(value: str | None) -> str | None:
+def plain_path(value: str | None) -> str | None:
     if value is None:
         return None
     parts = value.strip("/").split("/") if not value.startswith("/") else []
@@ -55,7 +55,7 @@ class DatasetInput(_Strict):
     @field_validator("path")
     @classmethod
     def _path(cls, value: str | None) -> str | None:
-        return _plain_path(value)
+        return plain_path(value)
 
     @property
     def directory(self) -> str:
@@ -81,7 +81,7 @@ class DatasetOutput(_Strict):
     @field_validator("path")
     @classmethod
     def _path(cls, value: str | None) -> str | None:
-        return _plain_path(value)
+        return plain_path(value)
 
 
 def check_dataset_outputs(outputs: list[DatasetOutput]) -> None:
@@ -136,7 +136,7 @@ class VolumeInput(_Strict):
     @classmethod
     def _path(cls, value: str | None) -> str | None:
         if value is None or not value.startswith("/"):
-            return _plain_path(value)
+            return plain_path(value)
         trimmed = value.rstrip("/")
         if not _VOLUME_MOUNT_POINT.match(trimmed) or trimmed.split("/")[1] in _SYSTEM_DIRECTORIES:
             raise ValueError(f"{value!r} is not a mount point of plain names outside the system's directories, "

@@ -2,11 +2,12 @@
 found wrong.
 
 A report is made by an ordinary job of the dataset's project (`python -m mlyard.cleaning` over
-the version, mounted read-only at `data/`), so it queues under the project's quota like any
-job, and its progress is the job's log. The job writes the report into its own checkpoint
-directory; the leader stores it with the version once the job succeeds
-(`workers/dataset_checks.py`). The job's command holds no user text: the dataset reaches it as
-a mount, the distance as a number.
+the version, mounted read-only at `data/`, and the predictions' version at `predictions/`), so
+it queues under the project's quota like any job, and its progress is the job's log. The job
+writes the report into its own checkpoint directory; the leader stores it with the version once
+the job succeeds (`workers/dataset_checks.py`). The job's command is an argv list, never a
+shell's: the datasets reach it as mounts, the distance as a number, a predictions path as one
+argument.
 
 Cleaning reads the newest finished report of the version and makes the child version from the
 parent's own file rows (no upload, no byte copied), without the files the chosen kinds name.
@@ -23,7 +24,7 @@ from sqlalchemy.orm import Session
 
 from mlyard.api.dataset_checks import CheckInfo, CheckReport, CheckRequest, CleanRequest
 from mlyard.api.datasets import VersionCreated, version_name
-from mlyard.errors import Conflict, NotFound
+from mlyard.errors import Conflict, InvalidRequest, MlyardError, NotFound
 from mlyard.server import auth
 from mlyard.server.services import job_submission
 from mlyard.server.services.datasets import access, aliases, manifests, versions
@@ -45,23 +46,53 @@ def _info(row: DatasetCheckRow, dataset: DatasetRow, version: DatasetVersionRow)
                      summary=summary if isinstance(summary, dict) else None)
 
 
-def _command(distance: int) -> str:
-    return (f'python -m mlyard.cleaning data --report "$MLYARD_CHECKPOINT_DIR/{REPORT_FILE}" '
-            f"--distance {int(distance)}")
+def _command(request: CheckRequest, same_version: bool) -> list[str]:
+    """The job's argv: no shell, so a path given for the predictions is one argument, never code."""
+    command = ["python", "-m", "mlyard.cleaning", "data", "--checkpoint-report", REPORT_FILE,
+               "--distance", str(int(request.distance))]
+    if request.predictions is not None:
+        folder = "data" if same_version else "predictions"
+        command += ["--predictions", f"{folder}/{request.predictions.path}"]
+    return command
+
+
+def _inputs(project: str, name: str, number: int, reference: str,
+            request: CheckRequest) -> tuple[list[DatasetInput], bool]:
+    """The job's dataset inputs: the version at data/, and the predictions' version at
+    predictions/ (unless they are files of the checked version itself)."""
+    inputs = [DatasetInput(name=name, project=project, version=version_name(number), path="data")]
+    wanted = request.predictions
+    if wanted is None:
+        return inputs, False
+    if (wanted.project or project, wanted.dataset) == (project, name):
+        if wanted.version not in (version_name(number), reference):
+            raise InvalidRequest("predictions from another version of the checked dataset cannot be mounted beside "
+                                 "it; name that version's own file, or keep predictions in a dataset of their own",
+                                 field="predictions.version")
+        return inputs, True
+    inputs.append(DatasetInput(name=wanted.dataset, project=wanted.project or project, version=wanted.version,
+                               path="predictions"))
+    return inputs, False
 
 
 def start_check(database: Database, principal: auth.Principal, project: str, name: str, reference: str,
                 request: CheckRequest, *, wake: Callable[[], None], check_image=None) -> CheckInfo:
-    """Submits the job that makes the report (members of the dataset's project: the job is theirs)."""
+    """Submits the job that makes the report (members of the dataset's project: the job is theirs;
+    admission checks that they may read the predictions' dataset)."""
     auth.authorize(principal, auth.Action.WRITE)
     with database.reading() as session:
         dataset = access.readable(session, principal, project, name)
         auth.require_role(principal, project, auth.Role.MEMBER, f"check dataset {project}/{name}")
-        version = aliases.resolve(session, dataset, reference)
-        number = version.number
-    spec = JobSpec(name=f"check-{name}"[:63].rstrip("-"), project=project, command=_command(request.distance),
-                   datasets=[DatasetInput(name=name, project=project, version=version_name(number), path="data")])
-    job = job_submission.submit(database, principal, spec, wake=wake, check_image=check_image)
+        number = aliases.resolve(session, dataset, reference).number
+    inputs, same_version = _inputs(project, name, number, reference, request)
+    spec = JobSpec(name=f"check-{name}"[:63].rstrip("-"), project=project, command=_command(request, same_version),
+                   datasets=inputs)
+    try:
+        job = job_submission.submit(database, principal, spec, wake=wake, check_image=check_image)
+    except MlyardError as error:
+        if error.field and error.field.startswith("datasets.1"):  # the predictions' input, as the caller named it
+            error.field = "predictions" + error.field.removeprefix("datasets.1").replace(".name", ".dataset")
+        raise
     with database.transaction() as session:
         dataset = access.seen(session, principal, project, name)
         version = aliases.resolve(session, dataset, version_name(number))
