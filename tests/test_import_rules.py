@@ -61,6 +61,8 @@ RULES = [
     ("mlyard.sdk", ["mlyard.server", "mlyard.backends"], []),
     # Cleaning reports run inside a job, with only the library and the version's files.
     ("mlyard.cleaning", ["mlyard.server", "mlyard.backends", "mlyard.cli", "mlyard.web"], []),
+    # Label formats and agreement are pure functions over paths and bytes, for the server and jobs alike.
+    ("mlyard.annotation", ["mlyard.server", "mlyard.backends", "mlyard.cli", "mlyard.web"], []),
     # The CLI talks to the server through the client; `mlyard server` alone controls the daemon.
     ("mlyard.cli", ["mlyard.server", "mlyard.backends"], ["mlyard.server.daemon", "mlyard.server.settings"]),
     # Pages call the services the API calls; rows, sessions and the controller are not theirs.
