@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from mlyard.backends.base import AttemptLaunch, VolumeMount
+from mlyard.backends.local import volumes as volumes_module
 from mlyard.backends.local.volumes import DirectoryVolumes, measure, process_volume_links
 from mlyard.errors import MlyardError
 
@@ -77,3 +78,53 @@ def test_a_process_replica_links_relative_mounts_and_refuses_an_absolute_one() -
                              volume_directories={CLAIM: "/home/v/" + CLAIM})
     with pytest.raises(MlyardError, match="only a container can have"):
         process_volume_links(absolute)
+
+
+MEASURE_AS_NOBODY = """
+import sys
+from pathlib import Path
+from mlyard.backends.local.volumes import Unmeasurable, measure
+try:
+    print(measure(Path(sys.argv[1])))
+except Unmeasurable as error:
+    print("UNMEASURABLE", error)
+"""
+
+
+SYSTEM_PYTHON = "/usr/bin/python3"
+"""Runnable by another account, where the tests' own Python may lie under a closed /root; the
+module measured needs nothing beyond the standard library."""
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not os.access(SYSTEM_PYTHON, os.X_OK),
+                    reason="makes files of another account and measures as it")
+def test_a_folder_a_job_closed_is_opened_again_or_the_volume_is_unmeasurable() -> None:
+    import shutil
+    import subprocess
+    import tempfile
+
+    nobody = 65534
+    root = Path(tempfile.mkdtemp(prefix="mlyard-volume-"))
+    try:
+        os.chmod(root, 0o755)
+        volume = root / "volume"
+        (volume / "closed").mkdir(parents=True)
+        (volume / "closed" / "weights").write_bytes(b"x" * 1000)
+        for path in (volume, volume / "closed", volume / "closed" / "weights"):
+            os.chown(path, nobody, nobody)
+        os.chmod(volume / "closed", 0)  # the job's own folder, closed: the server (its owner here) opens it
+
+        def measured() -> str:
+            result = subprocess.run([SYSTEM_PYTHON, "-c", MEASURE_AS_NOBODY, str(volume)], capture_output=True,
+                                    text=True, check=True, user=nobody, group=nobody,
+                                    env={"PYTHONPATH": str(Path(volumes_module.__file__).parents[3])})
+            return result.stdout.strip()
+
+        assert measured() == "1000"
+        (volume / "other").mkdir()  # a folder of another account (a container's root), closed
+        (volume / "other" / "hidden").write_bytes(b"y" * 5000)
+        os.chmod(volume / "other", 0)
+        assert measured().startswith("UNMEASURABLE cannot list"), "unknown contents are not taken as empty"
+    finally:
+        os.chmod(root / "volume" / "other", 0o755) if (root / "volume" / "other").exists() else None
+        shutil.rmtree(root)

@@ -63,9 +63,13 @@ def check(dataset: VersionedArgument,
     project, name, version = _named(dataset)
     if predictions_from is not None and predictions is None:
         raise UsageError("--predictions-from names where --predictions PATH lies; give the PATH too")
-    source = _named(predictions_from) if predictions_from is not None else (project, name, version)
-    wanted = ({"project": source[0], "dataset": source[1], "version": source[2], "path": predictions}
-              if predictions is not None else None)
+    wanted = None
+    if predictions is not None:
+        source = _named(predictions_from) if predictions_from is not None else (project, name, version)
+        # A dataset named without its project is looked for in the checked one's (the API's default).
+        named_project = "/" in predictions_from.partition(":")[0] if predictions_from is not None else True
+        wanted = {"project": source[0] if named_project else None, "dataset": source[1], "version": source[2],
+                  "path": predictions}
     with Client() as client:
         made = client.datasets.check(project, name, version, distance=distance, predictions=wanted)
         if not wait:

@@ -250,6 +250,11 @@ def push(dataset: DatasetArgument,
                 client.datasets.create(project, name)
             plan, created = _upload(client, project, name, folder, parent=parent, message=message,
                                     cached=from_archive is None, follows=follows)
+            now = _followed(client, project, name, parent)[1] if plan.unchanged is not None else None
+            if plan.unchanged is not None and (now is None or now.version != plan.unchanged.version):
+                # Another push moved the version this one follows while it was hashing: compared again.
+                plan, created = _upload(client, project, name, folder, parent=parent, message=message,
+                                        cached=from_archive is None, follows=None)
     if output is OutputFormat.json:
         print_json(created)
         return

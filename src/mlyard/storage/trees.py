@@ -74,9 +74,20 @@ def _link_or_copy(source: Path, target: Path) -> None:
 
 
 def remove_read_only_tree(tree: Path) -> None:
-    """Deletes `tree`; what its files link to (the store's blobs) stays."""
+    """Deletes `tree`, whatever modes its folders have (0555, or 000 where a job left them so);
+    what its files link to (the store's blobs) stays."""
     if not tree.exists():
         return
-    for directory, _, _ in os.walk(tree):
-        os.chmod(directory, stat.S_IRWXU)
+    pending = [str(tree)]
+    while pending:
+        folder = pending.pop()
+        # Opened before it is listed (os.walk would skip a folder it cannot list, and rmtree then
+        # fail), through a descriptor: a folder swapped for a link meanwhile is not followed.
+        descriptor = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            os.fchmod(descriptor, stat.S_IRWXU)
+        finally:
+            os.close(descriptor)
+        with os.scandir(folder) as entries:
+            pending.extend(entry.path for entry in entries if entry.is_dir(follow_symlinks=False))
     shutil.rmtree(tree)

@@ -337,7 +337,7 @@ async def clean(request: Request, principal: ChangingPrincipal, project: Project
         return _error(request, InvalidRequest(f"tick at least one kind of file to drop, of {', '.join(DROP_KINDS)}",
                                               field="drop"), principal)
     try:
-        shown = _report(request, principal, project, name, check_id)
+        shown = await run_in_threadpool(_report, request, principal, project, name, check_id)  # reads a whole report
         made = await run_in_threadpool(_clean, request, principal, shown, asked)
     except MlyardError as error:
         return _error(request, error, principal)

@@ -72,16 +72,23 @@ class DirectoryVolumes:
         return str(self._volume_path(claim))
 
 
+class Unmeasurable(MlyardError):
+    """A folder of the volume the server cannot list: what it holds is unknown, so the volume
+    is taken as over its quota rather than under it."""
+
+
 def measure(root: Path) -> int:
     """The bytes of the files under `root` (what a quota counts: each file once, however many
-    links it has); symbolic links are not followed."""
+    links it has); symbolic links are not followed. A folder a job closed (mode 000) is opened
+    again to its owner when it is the server's; one that stays closed raises Unmeasurable."""
     total = 0
     seen: set[tuple[int, int]] = set()
     pending = [str(root)]
     while pending:
+        folder = pending.pop()
         try:
-            entries = os.scandir(pending.pop())
-        except OSError:  # removed or made unreadable meanwhile: what is left still counts
+            entries = _listed(folder)
+        except FileNotFoundError:  # removed meanwhile
             continue
         with entries:
             for entry in entries:
@@ -98,6 +105,23 @@ def measure(root: Path) -> int:
                         seen.add((info.st_dev, info.st_ino))
                     total += info.st_size
     return total
+
+
+def _listed(folder: str):
+    try:
+        return os.scandir(folder)
+    except PermissionError:
+        pass
+    # Only reached by a server that is not root, on a folder of its own account (one a job on that
+    # account closed): its owner may open it again without reading it. Only the owner's bits are
+    # added, so a folder swapped for a link meanwhile opens nothing to anyone else.
+    info = os.lstat(folder)
+    if stat.S_ISDIR(info.st_mode) and info.st_uid == os.geteuid():
+        os.chmod(folder, stat.S_IMODE(info.st_mode) | stat.S_IRWXU)
+    try:
+        return os.scandir(folder)
+    except PermissionError as error:
+        raise Unmeasurable(f"cannot list {folder}: a job closed it to the server") from error
 
 
 def process_volume_links(launch: AttemptLaunch) -> dict[str, str]:

@@ -136,7 +136,10 @@ def remove_volume(database: Database, principal: auth.Principal, project: str, n
         claim = row.claim
         session.execute(delete(VolumeMountRow).where(VolumeMountRow.volume_id == row.id))
         session.delete(row)
-    remove_storage(claim)
+    try:
+        remove_storage(claim)
+    except Exception:  # the volume is gone; its files are left where the log says, not a failed request
+        log.exception("volume %s/%s removed, but not its storage %s", project, name, claim)
 
 
 def pin(session: Session, principal: auth.Principal, spec: JobSpec) -> list[VolumeRow]:
@@ -146,7 +149,9 @@ def pin(session: Session, principal: auth.Principal, spec: JobSpec) -> list[Volu
     for index, item in enumerate(spec.volumes):
         project = item.project or spec.project
         field = f"volumes.{index}.name"
-        row = _find(session, project, item.name)
+        # Held against a removal until the job's mounts are stored (FOR KEY SHARE on PostgreSQL).
+        row = session.scalar(select(VolumeRow).where(VolumeRow.project == project, VolumeRow.name == item.name)
+                             .with_for_update(read=True, key_share=True, of=VolumeRow))
         if row is None or not auth.may_read_project(principal, project):
             raise NotFound(f"volume {project}/{item.name} does not exist (or you may not see it); "
                            f"`mlyard volumes create {item.name} --size 10Gi --project {project}` makes it", field=field)

@@ -215,6 +215,8 @@ class DatasetCheckRow(Base):
     created_at: Mapped[float] = mapped_column(Float)
     finished_at: Mapped[float | None] = mapped_column(Float, nullable=True)
     message: Mapped[str] = mapped_column(Text, default="")
-    report: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    summary: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    """The report's counts, kept apart: a listing reads them without loading whole reports."""
+    report: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True, deferred=True)
 
     creator: Mapped[UserRow | None] = relationship(lazy="joined")

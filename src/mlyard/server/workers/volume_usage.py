@@ -15,6 +15,7 @@ import time
 from sqlalchemy import select
 
 from mlyard.backends.base import Backend
+from mlyard.errors import MlyardError
 from mlyard.server.loop import Loop
 from mlyard.server.services import volumes
 from mlyard.server.store.db import Database
@@ -42,12 +43,25 @@ class VolumeUsage:
     def measure(self) -> float:
         with self.database.reading() as session:
             claims = list(session.execute(select(VolumeRow.id, VolumeRow.claim)).all())
-        measured = {volume_id: self.backend.volume_usage(claim) for volume_id, claim in claims}
         now = time.time()
-        for volume_id, used in measured.items():
+        for volume_id, claim in claims:
+            try:
+                used = self.backend.volume_usage(claim)
+            except MlyardError as error:  # what it holds is unknown: kept from new jobs as if over its quota
+                self._unmeasurable(volume_id, error.message, now)
+                continue
             if used is not None:
                 self._record(volume_id, used, now)
         return self.interval
+
+    def _unmeasurable(self, volume_id: int, reason: str, now: float) -> None:
+        with self.database.transaction() as session:
+            row = session.get(VolumeRow, volume_id, with_for_update={"of": VolumeRow})
+            if row is None or row.over_quota_since is not None:
+                return
+            row.over_quota_since = now
+            self._tell(session, row, f"volume {row.project}/{row.name} cannot be measured ({reason}); new jobs "
+                                     "cannot mount it until it can", now)
 
     def _record(self, volume_id: int, used: int, now: float) -> None:
         with self.database.transaction() as session:
@@ -65,9 +79,14 @@ class VolumeUsage:
             else:
                 message = (f"volume {row.project}/{row.name} is back under its quota "
                            f"({format_bytes(used)} of {format_bytes(row.size_bytes)})")
-            log.info("%s", message)
-            jobs = session.execute(
-                select(JobRow.id, JobRow.status).join(VolumeMountRow, VolumeMountRow.job_id == JobRow.id)
-                .where(VolumeMountRow.volume_id == volume_id, JobRow.status.in_(volumes.UNFINISHED)))
-            session.add_all(JobEventRow(job_id=job_id, at=now, from_status=status, to_status=status, message=message)
-                            for job_id, status in jobs)
+            self._tell(session, row, message, now)
+
+    @staticmethod
+    def _tell(session, row: VolumeRow, message: str, now: float) -> None:
+        """An event on every unfinished job that mounts the volume."""
+        log.info("%s", message)
+        jobs = session.execute(
+            select(JobRow.id, JobRow.status).join(VolumeMountRow, VolumeMountRow.job_id == JobRow.id)
+            .where(VolumeMountRow.volume_id == row.id, JobRow.status.in_(volumes.UNFINISHED)))
+        session.add_all(JobEventRow(job_id=job_id, at=now, from_status=status, to_status=status, message=message)
+                        for job_id, status in jobs)

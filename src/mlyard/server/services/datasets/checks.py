@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from pydantic import ValidationError
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
@@ -26,7 +27,7 @@ from mlyard.api.dataset_checks import CheckInfo, CheckReport, CheckRequest, Clea
 from mlyard.api.datasets import VersionCreated, version_name
 from mlyard.errors import Conflict, InvalidRequest, MlyardError, NotFound
 from mlyard.server import auth
-from mlyard.server.services import job_submission
+from mlyard.server.services import job_submission, jobs
 from mlyard.server.services.datasets import access, aliases, manifests, versions
 from mlyard.server.store.dataset_rows import DatasetCheckRow, DatasetFileRow, DatasetRow, DatasetVersionRow
 from mlyard.server.store.db import Database
@@ -38,7 +39,7 @@ MAX_CHECKS_LISTED = 50
 
 
 def _info(row: DatasetCheckRow, dataset: DatasetRow, version: DatasetVersionRow) -> CheckInfo:
-    summary = row.report.get("summary") if isinstance(row.report, dict) else None
+    summary = row.summary
     return CheckInfo(id=row.id, project=dataset.project, dataset=dataset.name, version=version_name(version.number),
                      job=row.job_id, state=row.state, distance=row.distance,
                      created_by=row.creator.name if row.creator else None, created_at=row.created_at,
@@ -85,22 +86,31 @@ def start_check(database: Database, principal: auth.Principal, project: str, nam
         auth.require_role(principal, project, auth.Role.MEMBER, f"check dataset {project}/{name}")
         number = aliases.resolve(session, dataset, reference).number
     inputs, same_version = _inputs(project, name, number, reference, request)
-    spec = JobSpec(name=f"check-{name}"[:63].rstrip("-"), project=project, command=_command(request, same_version),
-                   datasets=inputs)
+    try:
+        spec = JobSpec(name=f"check-{name}"[:63].rstrip("-"), project=project,
+                       command=_command(request, same_version), datasets=inputs)
+    except ValidationError as error:  # two inputs of one name: the predictions' dataset shares the checked one's
+        raise InvalidRequest(f"the predictions' dataset cannot be mounted beside {project}/{name}: "
+                             f"{error.errors()[0]['msg']}", field="predictions.dataset") from None
     try:
         job = job_submission.submit(database, principal, spec, wake=wake, check_image=check_image)
     except MlyardError as error:
         if error.field and error.field.startswith("datasets.1"):  # the predictions' input, as the caller named it
             error.field = "predictions" + error.field.removeprefix("datasets.1").replace(".name", ".dataset")
         raise
-    with database.transaction() as session:
-        dataset = access.seen(session, principal, project, name)
-        version = aliases.resolve(session, dataset, version_name(number))
-        row = DatasetCheckRow(version_id=version.id, job_id=job.id, state="running", distance=request.distance,
-                              created_by=principal.user_id, created_at=time.time(), message="")
-        session.add(row)
-        session.flush()
-        return _info(row, dataset, version)
+    try:
+        with database.transaction() as session:
+            dataset = access.seen(session, principal, project, name)
+            version = aliases.resolve(session, dataset, version_name(number))
+            row = DatasetCheckRow(version_id=version.id, job_id=job.id, state="running", distance=request.distance,
+                                  created_by=principal.user_id, created_at=time.time(), message="")
+            session.add(row)
+            session.flush()
+            return _info(row, dataset, version)
+    except BaseException:
+        # Its report would have no row to go to: the job is not left to run for nothing.
+        jobs.cancel(database, principal, job.id, wake=wake)
+        raise
 
 
 def list_checks(database: Database, principal: auth.Principal, project: str, name: str,
@@ -152,10 +162,10 @@ def dropped_paths(report: dict[str, Any], kinds: Iterable[str]) -> dict[str, str
     chosen = set(kinds)
     if "duplicates" in chosen:
         for group in report.get("exact_duplicates") or []:
-            drop(sorted(group.get("paths") or [])[1:], "exact duplicate")
+            drop(sorted(_strings(group.get("paths")))[1:], "exact duplicate")
     if "near-duplicates" in chosen:
         for group in report.get("near_duplicates") or []:
-            drop(sorted(group.get("paths") or [])[1:], "near duplicate")
+            drop(sorted(_strings(group.get("paths")))[1:], "near duplicate")
     if "corrupt" in chosen:
         drop((item.get("path") for item in report.get("corrupt") or []), "cannot be decoded")
         drop(report.get("empty") or [], "empty")
@@ -170,6 +180,10 @@ def dropped_paths(report: dict[str, Any], kinds: Iterable[str]) -> dict[str, str
     if "label-issues" in chosen:
         drop((item.get("path") for item in report.get("label_issues") or []), "label issue")
     return dropped
+
+
+def _strings(values: object) -> list[str]:
+    return [value for value in values if isinstance(value, str)] if isinstance(values, list) else []
 
 
 def _in_training(path: object) -> bool:

@@ -25,6 +25,7 @@ def upgrade() -> None:
         sa.Column('created_at', sa.Float(), nullable=False),
         sa.Column('finished_at', sa.Float(), nullable=True),
         sa.Column('message', sa.Text(), nullable=False),
+        sa.Column('summary', sa.JSON(), nullable=True),
         sa.Column('report', sa.JSON(), nullable=True),
         sa.ForeignKeyConstraint(['version_id'], ['dataset_versions.id'], ondelete='CASCADE'),
         sa.ForeignKeyConstraint(['job_id'], ['jobs.id'], ondelete='CASCADE'),
