@@ -29,6 +29,8 @@ MAINTAINERS = frozenset({"maintainer", "admin"})
 DATASET_MANAGERS = frozenset({"member", "maintainer", "admin"})
 """The owner of the matrix's datasets (`member`, who also makes its volumes) and their project's maintainers."""
 ADMIN = frozenset({"admin"})
+TASK_PEOPLE = frozenset({"member", "maintainer", "admin"})
+"""Who sees the matrix's labeling task: its annotator, its maker and reviewer, an administrator."""
 PASSWORD = "matrix pass 1"
 _counter = itertools.count(1)
 
@@ -50,6 +52,7 @@ class World:
     dataset: str | None = None
     catalog: str | None = None
     check: int | None = None
+    task: tuple[int, int] | None = None
 
     def http(self, persona: str) -> httpx.Client:
         headers = {} if persona == "anonymous" else {"Authorization": f"Bearer {self.tokens[persona]}"}
@@ -215,6 +218,24 @@ def _check(world: World) -> int:
             assert made.status_code == 202, made.text
             world.check = made.json()["id"]
     return world.check
+
+
+def _task(world: World) -> tuple[int, int]:
+    """A text labeling task of the matrix's dataset, made once by `maintainer` (who reviews it) for
+    `member` to annotate, and its item with `member`'s submitted annotation."""
+    if world.task is None:
+        with world.http("maintainer") as http:
+            made = http.post("/labeling/tasks", json={
+                "name": f"matrix-task-{world.server.port}", "project": world.project, "dataset": _dataset(world),
+                "kind": "text", "classes": ["a", "b"], "annotators": [world.users["member"]],
+                "reviewers": [world.users["maintainer"]]})
+            assert made.status_code == 201, made.text
+        with world.http("member") as http:
+            item = http.get(f"/labeling/tasks/{made.json()['id']}/next").json()["id"]
+            saved = http.put(f"/labeling/tasks/{made.json()['id']}/items/{item}/annotation", json={"labels": ["b"]})
+            assert saved.status_code == 200, saved.text
+        world.task = (made.json()["id"], item)
+    return world.task
 
 
 def _fresh_volume(world: World) -> str:
@@ -387,6 +408,29 @@ RULES: dict[str, Rule] = {
         ADMIN, lambda w, h: h.post(f"/datasets/claims/{w.fresh_claim()}/approve", json={})),
     "POST /api/v1/datasets/claims/{claim_id}/refuse": Rule(
         ADMIN, lambda w, h: h.post(f"/datasets/claims/{w.fresh_claim()}/refuse", json={})),
+    # Labeling tasks: members of the dataset's project make them; a task is seen by who made it, the
+    # project's maintainers and its annotators and reviewers (`member` annotates the matrix's task,
+    # `maintainer` made and reviews it); only annotators label, only reviewers and managers review.
+    "POST /api/v1/labeling/tasks": Rule(PROJECT_WRITERS, lambda w, h: h.post("/labeling/tasks", json={
+        "name": f"mt-{next(_counter)}", "project": w.project, "dataset": _dataset(w), "kind": "text",
+        "classes": ["a", "b"], "annotators": [w.users["member"]]}), hidden_from=frozenset({"outsider"})),
+    "GET /api/v1/labeling/tasks": Rule(ANY_USER, _get("/labeling/tasks")),
+    "GET /api/v1/labeling/tasks/{task_id}": Rule(
+        TASK_PEOPLE, lambda w, h: h.get(f"/labeling/tasks/{_task(w)[0]}"), hidden_from=frozenset({"outsider", "viewer"})),
+    "GET /api/v1/labeling/tasks/{task_id}/items": Rule(
+        TASK_PEOPLE, lambda w, h: h.get(f"/labeling/tasks/{_task(w)[0]}/items"),
+        hidden_from=frozenset({"outsider", "viewer"})),
+    "GET /api/v1/labeling/tasks/{task_id}/next": Rule(
+        frozenset({"member"}), lambda w, h: h.get(f"/labeling/tasks/{_task(w)[0]}/next"),
+        hidden_from=frozenset({"outsider", "viewer"})),
+    "PUT /api/v1/labeling/tasks/{task_id}/items/{item_id}/annotation": Rule(
+        frozenset({"member"}), lambda w, h: h.put(f"/labeling/tasks/{_task(w)[0]}/items/{_task(w)[1]}/annotation",
+                                                  json={"labels": ["a"]}),
+        hidden_from=frozenset({"outsider", "viewer"})),
+    "POST /api/v1/labeling/tasks/{task_id}/items/{item_id}/review": Rule(
+        MAINTAINERS, lambda w, h: h.post(f"/labeling/tasks/{_task(w)[0]}/items/{_task(w)[1]}/review",
+                                         json={"annotator": w.users["member"], "accept": False, "comment": "again"}),
+        hidden_from=frozenset({"outsider", "viewer"})),
     # Volumes: their project's readers see them, its members make and mount them; who made one and
     # the project's maintainers remove it.
     "POST /api/v1/volumes": Rule(PROJECT_WRITERS, lambda w, h: h.post("/volumes", json={

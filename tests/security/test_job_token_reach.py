@@ -59,6 +59,10 @@ REFUSED = {
     "POST /api/v1/datasets/{project}/{name}/versions/{version}/checks",
     "GET /api/v1/datasets/{project}/{name}/versions/{version}/checks", "GET /api/v1/datasets/checks/{check_id}/report",
     "POST /api/v1/datasets/{project}/{name}/versions/{version}/clean",
+    "POST /api/v1/labeling/tasks", "GET /api/v1/labeling/tasks", "GET /api/v1/labeling/tasks/{task_id}",
+    "GET /api/v1/labeling/tasks/{task_id}/items", "GET /api/v1/labeling/tasks/{task_id}/next",
+    "PUT /api/v1/labeling/tasks/{task_id}/items/{item_id}/annotation",
+    "POST /api/v1/labeling/tasks/{task_id}/items/{item_id}/review",
     "POST /api/v1/volumes", "GET /api/v1/volumes", "GET /api/v1/volumes/{project}/{name}",
     "DELETE /api/v1/volumes/{project}/{name}",
 }
@@ -117,7 +121,7 @@ def _call(world: World, http: httpx.Client, method: str, path: str, job: int) ->
              "environments": "reach-env"}
     url = path.removeprefix("/api/v1").format(job_id=job, name=names.get(section, PROJECT), user="admin",
                                               digest=world.digest, token_id=1, project=PROJECT, version="v1", alias="stable",
-                                              grantee_project="elsewhere", request_id=1, claim_id=1, check_id=1)
+                                              grantee_project="elsewhere", request_id=1, claim_id=1, check_id=1, task_id=1, item_id=1)
     bodies = {"metrics": {"step": 1, "metrics": {"loss": 0.5}}, "jobs": {"name": "x", "command": ["true"]},
               "projects": {"name": "taken-over"}, "users": {"name": "intruder", "password": "long enough pw"},
               "tokens": {"name": "escalated"}, "environments": {"name": "e", "base": "busybox"}}

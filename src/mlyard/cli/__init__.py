@@ -63,6 +63,8 @@ COMMANDS: dict[str, Entry] = {
     "datasets": Entry("mlyard.cli.datasets", "datasets_app", "Datasets: versioned files of a project that jobs "
                       "read and write; push a directory or archive, pull a version, compare versions, move "
                       "aliases, share, remove."),
+    "label": Entry("mlyard.cli.labeling", "label_app", "Labeling tasks on dataset versions: who labels what, with "
+                   "which classes, and how far they are."),
     "volumes": Entry("mlyard.cli.volumes", "volumes_app", "Volumes: a project's persistent read-write directories "
                      "with a size quota, which jobs mount (volumes: in the spec)."),
     "env": Entry("mlyard.cli.environments", "env_app", "Environments: a base image plus apt and pip packages, built "

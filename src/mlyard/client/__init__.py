@@ -26,6 +26,7 @@ if TYPE_CHECKING:  # each call imports the models it reads: every command (and t
     from mlyard.api.accounts import IssuedToken, TokenInfo, UserInfo
     from mlyard.api.health import Health
     from mlyard.client.datasets import Datasets
+    from mlyard.client.labeling import Labeling
     from mlyard.client.volumes import Volumes
     from mlyard.api.resources import JobResources, NodeSamples, RunningJobUsage
     from mlyard.api.metrics import MetricsPage
@@ -122,6 +123,12 @@ class Client:
         """The dataset calls (`client/datasets.py`)."""
         from mlyard.client.datasets import Datasets
         return Datasets(self)
+
+    @property
+    def labeling(self) -> Labeling:
+        """The labeling task calls (`client/labeling.py`)."""
+        from mlyard.client.labeling import Labeling
+        return Labeling(self)
 
     @property
     def volumes(self) -> Volumes:

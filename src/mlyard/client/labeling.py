@@ -1,0 +1,28 @@
+"""Labeling tasks through the API (`/api/v1/labeling`)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from mlyard.api.labeling import TaskInfo
+    from mlyard.client import Client
+
+
+class Labeling:
+    def __init__(self, client: Client):
+        self._client = client
+
+    def create(self, **fields: Any) -> TaskInfo:
+        from mlyard.api.labeling import TaskInfo
+        return TaskInfo.model_validate(self._client._request("POST", "/labeling/tasks", json=fields).json())
+
+    def list(self, project: str | None = None) -> list[TaskInfo]:
+        from mlyard.api.labeling import TaskInfo
+        params = {"project": project} if project else {}
+        return [TaskInfo.model_validate(item)
+                for item in self._client._request("GET", "/labeling/tasks", params=params).json()]
+
+    def get(self, task_id: int) -> TaskInfo:
+        from mlyard.api.labeling import TaskInfo
+        return TaskInfo.model_validate(self._client._request("GET", f"/labeling/tasks/{task_id}").json())
