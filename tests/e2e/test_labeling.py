@@ -90,3 +90,58 @@ def test_annotators_label_their_items_and_a_reviewer_sends_one_back(server: Runn
             assert http.get("/labeling/tasks").json() == []
             assert http.put(f"/labeling/tasks/{task}/items/{first['id']}/annotation",
                             json={"labels": ["1"]}).status_code == 404
+
+
+def test_a_labeled_task_exports_as_a_child_version_in_a_standard_layout(server: RunningServer,
+                                                                       tmp_path: Path) -> None:
+    suffix = unique("exp")[4:]
+    project = f"exp-{suffix}"
+    server.cli("projects", "add", project, check=True)
+    person(server, f"ann-{suffix}", tmp_path, {project: "member"})
+    token = token_of(server, f"ann-{suffix}")
+    name = unique("to-export")
+    server.cli_json("datasets", "push", f"{project}/{name}", str(digits_folder(tmp_path / "digits", count=6)))
+
+    def label_all(task: int, body) -> int:
+        done = 0
+        with api(server, token) as http:
+            while (answer := http.get(f"/labeling/tasks/{task}/next")).status_code == 200:
+                item = answer.json()
+                http.put(f"/labeling/tasks/{task}/items/{item['id']}/annotation", json=body(item)).raise_for_status()
+                done += 1
+        return done
+
+    classes = server.cli_json("label", "create", "classes", "--dataset", f"{project}/{name}", "--kind",
+                              "classification", "--classes", ",".join("0123456789"), "--annotators", f"ann-{suffix}")
+    # The true class is the folder the digit came from: train/<label>/<n>.png.
+    assert label_all(classes["id"], lambda item: {"labels": [item["path"].split("/")[1]]}) == 6
+    with api(server, token) as http:
+        folders = http.post(f"/labeling/tasks/{classes['id']}/export", json={"format": "imagefolder"})
+        assert folders.status_code == 201, folders.text
+        table = http.post(f"/labeling/tasks/{classes['id']}/export", json={"format": "csv"}).json()["version"]
+        refused = http.post(f"/labeling/tasks/{classes['id']}/export", json={"format": "coco"})
+    assert refused.status_code == 422 and refused.json()["details"][0]["field"] == "format"
+    child = folders.json()["version"]
+    assert child["parent"] == "v1" and child["statistics"]["labeling"]["annotators"] == [f"ann-{suffix}"]
+    pulled = tmp_path / "pulled"
+    server.cli("datasets", "pull", f"{project}/{name}:{child['version']}", str(pulled), check=True)
+    images = sorted(path.relative_to(pulled).as_posix() for path in pulled.rglob("*.png"))
+    assert len(images) == 6 and all(path.split("/")[-2].isdigit() for path in images), images
+    assert child["statistics"]["labels"]["source"] == "image folders"
+    assert table["statistics"]["labels"]["source"].startswith("table")
+
+    boxes = server.cli_json("label", "create", "boxes", "--dataset", f"{project}/{name}:v1", "--kind", "boxes",
+                            "--classes", "digit", "--annotators", f"ann-{suffix}")
+    assert label_all(boxes["id"], lambda item: {"boxes": [{"label": "digit", "x": 1, "y": 2, "width": 4,
+                                                            "height": 5}]}) == 6
+    with api(server, token) as http:
+        coco = http.post(f"/labeling/tasks/{boxes['id']}/export", json={"format": "coco"}).json()["version"]
+    got = tmp_path / "coco"
+    server.cli("datasets", "pull", f"{project}/{name}:{coco['version']}", str(got), check=True)
+    [document] = [json.loads(path.read_text()) for path in got.rglob("*.json")]
+    image_ids = {image["id"] for image in document["images"]}
+    category_ids = {category["id"] for category in document["categories"]}
+    assert len(document["annotations"]) == 6 and [category["name"] for category in document["categories"]] == ["digit"]
+    for annotation in document["annotations"]:
+        assert annotation["image_id"] in image_ids and annotation["category_id"] in category_ids
+        assert annotation["bbox"] == [1, 2, 4, 5]

@@ -115,3 +115,10 @@ class ReviewRequest(_Strict):
     annotator: UserName
     accept: bool
     comment: str = Field(default="", max_length=5_000)
+
+
+class ExportRequest(_Strict):
+    format: Literal["imagefolder", "csv", "coco", "yolo", "voc"] = Field(
+        description="imagefolder or csv for classification (csv for multilabel and text), coco, yolo or voc for "
+                    "boxes")
+    message: str = Field(default="", max_length=1000, description="the new version's message")

@@ -1,5 +1,5 @@
-"""`mlyard label create|ls|show`: labeling tasks on dataset versions. Labeling itself happens on
-the web UI's labeling page, or through the API."""
+"""`mlyard label create|ls|show|export`: labeling tasks on dataset versions, and their labels
+exported as a child version. Labeling itself goes through the API (a web page is to come)."""
 
 from __future__ import annotations
 
@@ -80,3 +80,20 @@ def show(task_id: Annotated[int, typer.Argument(metavar="ID")], output: OutputOp
     console.print(f"classes: {escape(', '.join(task.classes))}")
     console.print(f"annotators: {escape(', '.join(task.annotators))} ({task.annotators_per_item} per item); "
                   f"reviewers: {escape(', '.join(task.reviewers)) or 'none'}")
+
+
+@label_app.command("export")
+def export(task_id: Annotated[int, typer.Argument(metavar="ID")],
+           layout: Annotated[str, typer.Option("--format", help="imagefolder or csv (classification), coco, yolo or "
+                                                               "voc (boxes)")],
+           message: Annotated[str, typer.Option("--message", "-m")] = "",
+           output: OutputOption = OutputFormat.table) -> None:
+    """Make a child version of the task's data with its labels in a standard layout."""
+    with Client() as client:
+        made = client.labeling.export(task_id, layout, message=message)
+    if output is OutputFormat.json:
+        print_json(made)
+        return
+    version = made.version
+    console.print(f"{escape(version.project)}/{escape(version.dataset)}:{version.version} ({version.file_count:,} "
+                  f"files, child of {version.parent}): {escape(version.message)}")

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from mlyard.api.datasets import VersionCreated
     from mlyard.api.labeling import TaskInfo
     from mlyard.client import Client
 
@@ -26,3 +27,8 @@ class Labeling:
     def get(self, task_id: int) -> TaskInfo:
         from mlyard.api.labeling import TaskInfo
         return TaskInfo.model_validate(self._client._request("GET", f"/labeling/tasks/{task_id}").json())
+
+    def export(self, task_id: int, layout: str, *, message: str = "") -> VersionCreated:
+        from mlyard.api.datasets import VersionCreated
+        return VersionCreated.model_validate(self._client._request(
+            "POST", f"/labeling/tasks/{task_id}/export", json={"format": layout, "message": message}).json())

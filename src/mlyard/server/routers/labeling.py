@@ -7,9 +7,19 @@ from typing import Annotated
 from fastapi import APIRouter, Path, Query, Request, Response, status
 
 from mlyard.api.errors import ErrorBody
-from mlyard.api.labeling import AnnotationInfo, AnnotationRequest, ItemInfo, ItemPage, ReviewRequest, TaskInfo, TaskRequest
+from mlyard.api.datasets import VersionCreated
+from mlyard.api.labeling import (
+    AnnotationInfo,
+    AnnotationRequest,
+    ExportRequest,
+    ItemInfo,
+    ItemPage,
+    ReviewRequest,
+    TaskInfo,
+    TaskRequest,
+)
 from mlyard.server.routers.dependencies import DatabaseDependency, PrincipalDependency
-from mlyard.server.services.labeling import items, tasks
+from mlyard.server.services.labeling import export, items, tasks
 from mlyard.spec import NAME_PATTERN
 
 router = APIRouter(prefix="/labeling", tags=["labeling"])
@@ -68,3 +78,10 @@ def review(task_id: TaskId, item_id: ItemId, request: ReviewRequest, database: D
            caller: PrincipalDependency) -> AnnotationInfo:
     """Accepts an annotator's annotation of the item, or rejects it back to them with a comment."""
     return items.review(database, caller, task_id, item_id, request)
+
+
+@router.post(TASK + "/export", response_model=VersionCreated, status_code=status.HTTP_201_CREATED, responses=ERRORS)
+def export_task(task_id: TaskId, request: ExportRequest, http: Request, database: DatabaseDependency,
+                caller: PrincipalDependency) -> VersionCreated:
+    """A child version of the task's dataset version with its labels in a standard layout."""
+    return export.export_task(database, http.app.state.blobs, caller, task_id, request)

@@ -112,7 +112,7 @@ def statistics(entries: list[Entry], blob_path) -> dict:
     sizes: Counter[str] = Counter()
     unreadable = 0
     for entry in images[:MAX_IMAGES_READ]:
-        read = _image_header(blob_path(entry.digest))
+        read = image_header(blob_path(entry.digest))
         if read is None:
             unreadable += 1
             continue
@@ -129,7 +129,7 @@ def statistics(entries: list[Entry], blob_path) -> dict:
     return figures
 
 
-def _image_header(path: Path) -> tuple[str, int, int] | None:
+def image_header(path: Path) -> tuple[str, int, int] | None:
     from PIL import Image, UnidentifiedImageError
 
     try:
