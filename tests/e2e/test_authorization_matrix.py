@@ -427,6 +427,9 @@ RULES: dict[str, Rule] = {
         frozenset({"member"}), lambda w, h: h.put(f"/labeling/tasks/{_task(w)[0]}/items/{_task(w)[1]}/annotation",
                                                   json={"labels": ["a"]}),
         hidden_from=frozenset({"outsider", "viewer"})),
+    "POST /api/v1/labeling/tasks/{task_id}/export": Rule(
+        TASK_PEOPLE, lambda w, h: h.post(f"/labeling/tasks/{_task(w)[0]}/export", json={"format": "csv"}),
+        hidden_from=frozenset({"outsider", "viewer"})),
     "POST /api/v1/labeling/tasks/{task_id}/items/{item_id}/review": Rule(
         MAINTAINERS, lambda w, h: h.post(f"/labeling/tasks/{_task(w)[0]}/items/{_task(w)[1]}/review",
                                          json={"annotator": w.users["member"], "accept": False, "comment": "again"}),
