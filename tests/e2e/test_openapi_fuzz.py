@@ -47,6 +47,10 @@ def _failures(operation, mode: GenerationMode, headers: dict[str, str]) -> list[
               database=None)
     @given(operation.as_strategy(generation_mode=mode))
     def run(case) -> None:
+        # Negative cases may carry a random Host header, which no operation documents: the server's
+        # allowed-hosts check answers it 400 before any route (tests/security covers that check).
+        for name in [name for name in (case.headers or {}) if name.lower() == "host"]:
+            del case.headers[name]
         try:
             case.call_and_validate(headers=headers, checks=CHECKS)
         except (AssertionError, FailureGroup) as error:  # schemathesis' failures: keep the first few, go on
