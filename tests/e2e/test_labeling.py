@@ -44,6 +44,8 @@ def test_annotators_label_their_items_and_a_reviewer_sends_one_back(server: Runn
                            f"ann-{suffix},bob-{suffix}", "--reviewers", f"rev-{suffix}")
     task = made["id"]
     assert (made["items"], made["done"], made["version"]) == (8, 0, "v1"), made
+    kept = server.cli("datasets", "rm", f"{project}/{name}:v1")
+    assert kept.returncode == 1 and "labeling task digits-1 labels" in kept.stderr, kept.stderr
     viewer_task = server.cli("label", "create", "by-viewer", "--dataset", f"{project}/{name}", "--kind",
                              "classification", "--classes", "a,b", "--annotators", f"vic-{suffix}")
     assert viewer_task.returncode == 1 and "needs the member role" in viewer_task.stderr, viewer_task.stderr

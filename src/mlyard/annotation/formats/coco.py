@@ -25,6 +25,7 @@ from mlyard.annotation.formats.common import (
     boxes_for_writing,
     check_outputs,
     check_writable,
+    find_json,
     checked_box,
     checked_label,
     image_size,
@@ -43,10 +44,7 @@ OUTPUT = "annotations.json"
 
 def find(files: Iterable[str]) -> str | None:
     """`annotations.json` at the top, else the one JSON file of the version."""
-    documents = sorted(path for path in files if path.lower().endswith(".json"))
-    if OUTPUT in documents:
-        return OUTPUT
-    return documents[0] if len(documents) == 1 else None
+    return find_json(files, OUTPUT)
 
 
 def read(files: Iterable[str], read_bytes: Reader, *, path: str | None = None,

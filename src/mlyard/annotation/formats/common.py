@@ -36,6 +36,15 @@ def read_text(path: str, read_bytes: Reader) -> str:
         raise FormatError(path, f"is not UTF-8 text (byte {error.start})") from None
 
 
+def find_json(files: Iterable[str], output: str) -> str | None:
+    """`output` at the top of the version, else its one JSON file: where a format kept in one JSON
+    file (COCO, Label Studio) is looked for when its path is not named."""
+    documents = sorted(path for path in files if path.lower().endswith(".json"))
+    if output in documents:
+        return output
+    return documents[0] if len(documents) == 1 else None
+
+
 def read_json(path: str, read_bytes: Reader) -> Any:
     text = read_text(path, read_bytes)
     try:

@@ -32,6 +32,7 @@ from mlyard.annotation.formats.common import (
     boxes_for_writing,
     check_outputs,
     check_writable,
+    find_json,
     checked_box,
     checked_label,
     checked_text,
@@ -54,10 +55,7 @@ Task = tuple[str, str, list[tuple[str, list[Any]]]]  # where, image, (annotator,
 
 def find(files: Iterable[str]) -> str | None:
     """`label-studio.json` at the top, else the one JSON file of the version."""
-    documents = sorted(path for path in files if path.lower().endswith(".json"))
-    if OUTPUT in documents:
-        return OUTPUT
-    return documents[0] if len(documents) == 1 else None
+    return find_json(files, OUTPUT)
 
 
 def read(files: Iterable[str], read_bytes: Reader, *, path: str | None = None,

@@ -2,8 +2,9 @@
 
 A project's viewers see its volumes; its members create them and mount them in jobs; the one
 who made a volume, the project's maintainers and administrators remove it. The backend keeps
-the storage (`Backend.create_volume`): made inside the transaction that stores the row, so a
-volume the backend refused leaves no row, and removed after the row is gone. The quota counts
+the storage (`Backend.create_volume`): made once the row is stored, outside any transaction
+(on Kubernetes it is a call to the API server), the row removed again if the backend refuses;
+removed after the row is gone. The quota counts
 against the project's storage limit whole, from its creation, as a Kubernetes ResourceQuota
 counts a claim's request; what the volume holds is measured by the leader
 (`workers/volume_usage.py`). A volume measured above its quota cannot be mounted by new jobs.
@@ -75,7 +76,6 @@ def create_volume(database: Database, principal: auth.Principal, request: Volume
     auth.authorize(principal, auth.Action.WRITE)
     project = request.project
     claim = f"mlyard-vol-{secrets.token_hex(8)}"
-    made = False
     try:
         with database.transaction() as session:
             projects.ensure_project(session, principal, project)
@@ -86,18 +86,23 @@ def create_volume(database: Database, principal: auth.Principal, request: Volume
             row = VolumeRow(project=project, name=request.name, claim=claim, description=request.description,
                             size_bytes=request.size_bytes, created_by=principal.user_id, created_at=time.time())
             session.add(row)
-            session.flush()
-            made = True
-            row.enforcement = backend.create_volume(claim, request.size_bytes)
-            session.flush()
-            created = info(row, [])
-    except BaseException as error:
-        if made:  # the storage of a volume that was not stored
-            backend.remove_volume(claim)
-        if isinstance(error, IntegrityError):  # made meanwhile by another request (PostgreSQL)
-            raise Conflict(f"volume {project}/{request.name} exists", field="name") from error
+    except IntegrityError as error:  # made meanwhile by another request (PostgreSQL)
+        raise Conflict(f"volume {project}/{request.name} exists", field="name") from error
+    # Outside any transaction: on Kubernetes this is a call to the API server.
+    try:
+        enforcement = backend.create_volume(claim, request.size_bytes)
+    except BaseException:
+        with database.transaction() as session:
+            session.execute(delete(VolumeRow).where(VolumeRow.claim == claim))
+        backend.remove_volume(claim)
         raise
-    return created
+    with database.transaction() as session:
+        row = session.scalar(select(VolumeRow).where(VolumeRow.claim == claim).with_for_update(of=VolumeRow))
+        if row is None:  # removed meanwhile
+            raise NotFound(f"volume {project}/{request.name} was removed while it was made", field="name")
+        row.enforcement = enforcement
+        session.flush()
+        return info(row, [])
 
 
 def list_volumes(database: Database, principal: auth.Principal, *, project: str | None = None) -> list[VolumeInfo]:

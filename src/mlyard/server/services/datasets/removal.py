@@ -3,7 +3,7 @@
 Data is removed on purpose only, by the dataset's owner, its project's maintainers or an
 administrator, and never from under something that needs it: a version is kept while an alias
 other than `latest` names it (move the alias first), while a later version has it as parent
-(its lineage), and while an unfinished job reads it. `latest` moves back to the newest version
+(its lineage), while an unfinished job reads it, and while a labeling task labels it. `latest` moves back to the newest version
 left. The version's rows go, then every blob that no version and no code snapshot keeps
 (`blob_refs.Removal`), and the trees of finished jobs that read it (they hold links to those
 blobs, which would otherwise keep the bytes on disk).
@@ -28,6 +28,7 @@ from mlyard.server.store.dataset_rows import (
     DatasetVersionRow,
 )
 from mlyard.server.store.db import Database
+from mlyard.server.store.labeling_rows import LabelingTaskRow
 from mlyard.server.store.rows import JobRow
 from mlyard.spec import TERMINAL_STATUSES
 from mlyard.storage import BlobStore
@@ -62,6 +63,10 @@ def _refuse_if_needed(session: Session, dataset: DatasetRow, version: DatasetVer
     if readers:
         raise Conflict(f"unfinished job{'s' if len(readers) > 1 else ''} {', '.join(map(str, readers))} "
                        f"read{'s' if len(readers) == 1 else ''} {label}; remove it once they end", field="version")
+    tasks = sorted(session.scalars(select(LabelingTaskRow.name).where(LabelingTaskRow.version_id == version.id)))
+    if tasks:  # its annotations would go with it
+        raise Conflict(f"labeling task{'s' if len(tasks) > 1 else ''} {', '.join(tasks)} label{'s' if len(tasks) == 1 else ''} "
+                       f"{label}; its annotations would be lost", field="version")
 
 
 def remove_version(database: Database, store: BlobStore, paths: Paths, principal: auth.Principal, project: str,

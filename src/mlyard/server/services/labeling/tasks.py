@@ -97,11 +97,16 @@ def _member_ids(session: Session, project: str, names: Iterable[str], field: str
     return found
 
 
-def _items(session: Session, store: BlobStore, task: TaskRequest, version_id: int) -> list[tuple[str, int | None]]:
-    files = session.execute(select(DatasetFileRow.path, DatasetFileRow.digest, DatasetFileRow.size,
-                                   DatasetFileRow.media_type)
-                            .where(DatasetFileRow.version_id == version_id).order_by(DatasetFileRow.path)).all()
-    if task.kind != "text":
+def _files(session: Session, version_id: int) -> list[tuple[str, str, int, str | None]]:
+    return [tuple(row) for row in session.execute(
+        select(DatasetFileRow.path, DatasetFileRow.digest, DatasetFileRow.size, DatasetFileRow.media_type)
+        .where(DatasetFileRow.version_id == version_id).order_by(DatasetFileRow.path))]
+
+
+def _items(store: BlobStore, kind: str, files: list[tuple[str, str, int, str | None]]) -> list[tuple[str, int | None]]:
+    """The items of a task of `kind` over the version's files; reads .jsonl files, so it runs
+    outside any transaction."""
+    if kind != "text":
         return [(path, None) for path, _, _, media in files if (media or "").startswith("image/")]
     items: list[tuple[str, int | None]] = []
     for path, digest, size, _ in files:
@@ -117,18 +122,24 @@ def _items(session: Session, store: BlobStore, task: TaskRequest, version_id: in
 
 def create_task(database: Database, store: BlobStore, principal: auth.Principal, request: TaskRequest) -> TaskInfo:
     auth.authorize(principal, auth.Action.WRITE)
+    with database.reading() as session:
+        dataset = access.readable(session, principal, request.project, request.dataset)
+        auth.require_role(principal, request.project, auth.Role.MEMBER,
+                          f"make labeling tasks in project {request.project!r}")
+        version = aliases.resolve(session, dataset, request.version)
+        version_id, number = version.id, version.number
+        files = _files(session, version_id)
+    items = _items(store, request.kind, files)
     try:
         with database.transaction() as session:
-            dataset = access.readable(session, principal, request.project, request.dataset)
-            auth.require_role(principal, request.project, auth.Role.MEMBER,
-                              f"make labeling tasks in project {request.project!r}")
-            version = aliases.resolve(session, dataset, request.version)
+            version = session.get(DatasetVersionRow, version_id)
+            if version is None:
+                raise NotFound(f"{request.dataset}:{version_name(number)} was removed meanwhile", field="version")
             if session.scalar(select(LabelingTaskRow.id).where(LabelingTaskRow.project == request.project,
                                                                LabelingTaskRow.name == request.name)):
                 raise Conflict(f"labeling task {request.project}/{request.name} exists", field="name")
             annotators = _member_ids(session, request.project, request.annotators, "annotators")
             reviewers = _member_ids(session, request.project, request.reviewers, "reviewers")
-            items = _items(session, store, request, version.id)
             if not items:
                 raise InvalidRequest(f"{request.dataset}:{version_name(version.number)} holds nothing to label as "
                                      f"{request.kind} ({'.txt or .jsonl files' if request.kind == 'text' else 'images'})",
