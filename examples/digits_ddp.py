@@ -50,6 +50,11 @@ def parse_args() -> argparse.Namespace:
         help="save a checkpoint to resume from every EPOCHS epochs (0: never)",
     )
     parser.add_argument(
+        "--data", metavar="DIR",
+        help="train on an image folder (CLASS/file or train|test/CLASS/file, classes 0-9), such as a "
+             "labeling task's ImageFolder export, instead of scikit-learn's bundled digits",
+    )
+    parser.add_argument(
         "--epoch-delay", type=float, default=0.0, metavar="SECONDS",
         help="sleep after each epoch, to make a run long enough to interrupt",
     )
@@ -74,6 +79,36 @@ def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
+
+
+def load_folder(root: str) -> tuple[TensorDataset, TensorDataset]:
+    """Images under `root` as torchvision's ImageFolder lays them out, read as 8x8 grey pixels
+    in 0..1; a top-level test/ folder is the test set, else a fixed fifth of the images."""
+    from pathlib import Path
+
+    from PIL import Image
+
+    found = {"train": ([], []), "test": ([], [])}
+    for path in sorted(Path(root).rglob("*")):
+        if path.suffix.lower() not in {".png", ".jpg", ".jpeg", ".bmp"} or not path.parent.name.isdigit():
+            continue
+        split = "test" if path.relative_to(root).parts[0] in ("test", "val") else "train"
+        with Image.open(path) as image:
+            pixels = np.asarray(image.convert("L").resize((8, 8)), dtype=np.float32) / 255.0
+        found[split][0].append(pixels[None, :, :])
+        found[split][1].append(int(path.parent.name))
+    if not found["test"][0]:
+        x, y = np.stack(found["train"][0]), np.array(found["train"][1], dtype=np.int64)
+        x_train, x_test, y_train, y_test = train_test_split(x, y, test_size=0.2, random_state=0)
+    else:
+        (x_train, y_train), (x_test, y_test) = ((np.stack(x), np.array(y, dtype=np.int64))
+                                                for x, y in (found["train"], found["test"]))
+    log(f"data {root}: {len(y_train)} training and {len(y_test)} test images, "
+        f"classes {sorted(set(y_train.tolist()) | set(y_test.tolist()))}")
+    return (
+        TensorDataset(torch.from_numpy(x_train), torch.from_numpy(y_train)),
+        TensorDataset(torch.from_numpy(x_test), torch.from_numpy(y_test)),
+    )
 
 
 def load_data() -> tuple[TensorDataset, TensorDataset]:
@@ -154,7 +189,7 @@ def train(args: argparse.Namespace, device: torch.device) -> int:
         f"master={os.environ.get('MASTER_ADDR')}:{os.environ.get('MASTER_PORT')}"
     )
 
-    train_set, test_set = load_data()
+    train_set, test_set = load_folder(args.data) if args.data else load_data()
     sampler = DistributedSampler(
         train_set, num_replicas=world_size, rank=rank, seed=args.seed
     )

@@ -427,6 +427,12 @@ RULES: dict[str, Rule] = {
         frozenset({"member"}), lambda w, h: h.put(f"/labeling/tasks/{_task(w)[0]}/items/{_task(w)[1]}/annotation",
                                                   json={"labels": ["a"]}),
         hidden_from=frozenset({"outsider", "viewer"})),
+    "GET /api/v1/labeling/tasks/{task_id}/agreement": Rule(
+        TASK_PEOPLE, lambda w, h: h.get(f"/labeling/tasks/{_task(w)[0]}/agreement"),
+        hidden_from=frozenset({"outsider", "viewer"})),
+    "GET /api/v1/labeling/tasks/{task_id}/label-studio": Rule(
+        TASK_PEOPLE, lambda w, h: h.get(f"/labeling/tasks/{_task(w)[0]}/label-studio"),
+        hidden_from=frozenset({"outsider", "viewer"})),
     "POST /api/v1/labeling/tasks/{task_id}/export": Rule(
         TASK_PEOPLE, lambda w, h: h.post(f"/labeling/tasks/{_task(w)[0]}/export", json={"format": "csv"}),
         hidden_from=frozenset({"outsider", "viewer"})),

@@ -63,7 +63,8 @@ REFUSED = {
     "GET /api/v1/labeling/tasks/{task_id}/items", "GET /api/v1/labeling/tasks/{task_id}/next",
     "PUT /api/v1/labeling/tasks/{task_id}/items/{item_id}/annotation",
     "POST /api/v1/labeling/tasks/{task_id}/items/{item_id}/review",
-    "POST /api/v1/labeling/tasks/{task_id}/export",
+    "POST /api/v1/labeling/tasks/{task_id}/export", "GET /api/v1/labeling/tasks/{task_id}/agreement",
+    "GET /api/v1/labeling/tasks/{task_id}/label-studio",
     "POST /api/v1/volumes", "GET /api/v1/volumes", "GET /api/v1/volumes/{project}/{name}",
     "DELETE /api/v1/volumes/{project}/{name}",
 }

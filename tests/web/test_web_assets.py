@@ -12,6 +12,7 @@ from conftest import REPOSITORY
 PACKAGE = REPOSITORY / "src" / "mlyard"
 VENDOR = PACKAGE / "web" / "static" / "vendor"
 FILES = {
+    "@annotorious/annotorious": ["annotorious.js", "annotorious.css", "package.json"],
     "htmx.org": ["htmx.min.js", "LICENSE"],
     "uplot": ["uPlot.iife.min.js", "uPlot.min.css", "LICENSE"],
     "swagger-ui-dist": ["swagger-ui-bundle.js", "swagger-ui.css", "LICENSE"],

@@ -21,10 +21,20 @@ MAX_LINES_PER_FILE = 100_000
 MAX_MEMBERS = 200
 Label = Annotated[str, Field(min_length=1, max_length=100, pattern=r"^[^\x00-\x1f]+$")]
 UserName = Annotated[str, Field(min_length=1, max_length=128)]
+PrefillFormat = Literal["imagefolder", "csv", "coco", "yolo", "voc", "label-studio"]
 
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
+
+
+class Prefill(_Strict):
+    """Labels the version already carries, read at creation as each item's initial state."""
+
+    format: PrefillFormat
+    path: str | None = Field(default=None, min_length=1, max_length=1024,
+                             description="the label file of the version (csv, coco, label-studio); found by name "
+                                         "where omitted")
 
 
 class TaskRequest(_Strict):
@@ -41,6 +51,7 @@ class TaskRequest(_Strict):
                                       description="members who accept or reject; none: no review step")
     annotators_per_item: int = Field(default=1, ge=1, le=10)
     instructions: str = Field(default="", max_length=20_000, description="Markdown")
+    prefill: Prefill | None = None
 
     @model_validator(mode="after")
     def _distinct(self) -> TaskRequest:
@@ -70,6 +81,8 @@ class TaskInfo(BaseModel):
     """Items with as many submitted (or accepted) annotations as the task asks."""
     mine: int | None = None
     """Items the caller has labeled, when they annotate it."""
+    prefilled: int = 0
+    """Items holding a pre-fill (`TaskRequest.prefill`)."""
 
 
 class Box(_Strict):
@@ -97,6 +110,13 @@ class AnnotationInfo(BaseModel):
     reviewed_by: str | None = None
 
 
+class ItemPrefill(BaseModel):
+    """An item's labels as the task's import found them: what an annotator starts from."""
+
+    labels: list[str]
+    boxes: list[Box]
+
+
 class ItemInfo(BaseModel):
     id: int
     position: int
@@ -104,6 +124,8 @@ class ItemInfo(BaseModel):
     line: int | None
     annotations: list[AnnotationInfo]
     """The caller's own; a reviewer or maintainer sees everyone's."""
+    prefill: ItemPrefill | None = None
+    """None where the task's import had nothing for the item (or the task has no import)."""
 
 
 class ItemPage(BaseModel):
@@ -122,3 +144,23 @@ class ExportRequest(_Strict):
         description="imagefolder or csv for classification (csv for multilabel and text), coco, yolo or voc for "
                     "boxes")
     message: str = Field(default="", max_length=1000, description="the new version's message")
+
+
+class TaskAgreement(BaseModel):
+    """How far the task's annotators agree, over their submitted and accepted annotations
+    (`mlyard.annotation.agreement`); a figure that cannot be computed is None, `note` says why."""
+
+    annotators: list[str]
+    items_compared: int
+    """Items two annotators or more labeled."""
+    percent: float | None
+    """The mean share of agreeing pairs of annotators per item (0 to 1)."""
+    kappa: float | None
+    kappa_kind: Literal["cohen", "fleiss"] | None
+    """Cohen's for two annotators, Fleiss' for more."""
+    per_class: dict[str, float]
+    """Specific agreement per class."""
+    per_annotator: dict[str, float | None]
+    """Each annotator's share of agreement with the strict majority of the other annotators of
+    each item (with two annotators, the other's labels); None where never compared."""
+    note: str | None = None

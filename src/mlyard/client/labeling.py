@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from mlyard.api.datasets import VersionCreated
-    from mlyard.api.labeling import TaskInfo
+    from mlyard.api.labeling import TaskAgreement, TaskInfo
     from mlyard.client import Client
 
 
@@ -32,3 +32,12 @@ class Labeling:
         from mlyard.api.datasets import VersionCreated
         return VersionCreated.model_validate(self._client._request(
             "POST", f"/labeling/tasks/{task_id}/export", json={"format": layout, "message": message}).json())
+
+    def agreement(self, task_id: int) -> TaskAgreement:
+        from mlyard.api.labeling import TaskAgreement
+        return TaskAgreement.model_validate(
+            self._client._request("GET", f"/labeling/tasks/{task_id}/agreement").json())
+
+    def label_studio(self, task_id: int) -> bytes:
+        """The task's labels as Label Studio's JSON export (the file's bytes)."""
+        return self._client._request("GET", f"/labeling/tasks/{task_id}/label-studio").content

@@ -16,6 +16,8 @@ from mlyard.web import (
     data_checks,
     data_files,
     job_charts,
+    labeling,
+    labeling_work,
     logstream,
     nodes,
     overview,
@@ -39,6 +41,6 @@ def install(app: FastAPI) -> None:
     app.add_exception_handler(session.PageRefused, _refused)
     app.include_router(session.router)
     for module in (pages, logstream, job_charts, overview, submit, nodes, queues, data, data_files, data_checks,
-                   volumes, api_docs):
+                   labeling, labeling_work, volumes, api_docs):
         app.include_router(module.router)
     app.mount("/static", StaticFiles(directory=STATIC_DIRECTORY), name="static")

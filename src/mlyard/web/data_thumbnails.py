@@ -1,4 +1,4 @@
-"""Small PNG thumbnails of a dataset version's image files, for the file browser.
+"""PNG thumbnails of a dataset version's image files, for the file browser and the labeling page.
 
 The work is bounded before any pixel is decoded: a file over `MAX_SOURCE_BYTES` gets none, and
 an image whose header declares more than `MAX_PIXELS` pixels (a decompression bomb: a few KiB
@@ -18,8 +18,10 @@ from pathlib import Path
 
 from PIL import Image, ImageOps, UnidentifiedImageError
 
-SIZES = (96, 192)
-"""The edge lengths (pixels) a thumbnail may be asked for; the first is the default."""
+SIZES = (96, 192, 1024)
+"""The edge lengths (pixels) a thumbnail may be asked for; the first is the default. The largest
+is the labeling page's view of an image: a decoded PNG, never the uploaded bytes, so a file that
+only claims to be an image reaches no browser."""
 MAX_SOURCE_BYTES = 32 * 1024 * 1024
 MAX_PIXELS = 40_000_000
 """Width × height declared by the header; Pillow's own bomb limit is about 179 million."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Annotated
 
 from fastapi import APIRouter, Path, Query, Request, Response, status
@@ -15,11 +16,12 @@ from mlyard.api.labeling import (
     ItemInfo,
     ItemPage,
     ReviewRequest,
+    TaskAgreement,
     TaskInfo,
     TaskRequest,
 )
 from mlyard.server.routers.dependencies import DatabaseDependency, PrincipalDependency
-from mlyard.server.services.labeling import export, items, tasks
+from mlyard.server.services.labeling import agreement, export, items, tasks
 from mlyard.spec import NAME_PATTERN
 
 router = APIRouter(prefix="/labeling", tags=["labeling"])
@@ -85,3 +87,20 @@ def export_task(task_id: TaskId, request: ExportRequest, http: Request, database
                 caller: PrincipalDependency) -> VersionCreated:
     """A child version of the task's dataset version with its labels in a standard layout."""
     return export.export_task(database, http.app.state.blobs, caller, task_id, request)
+
+
+@router.get(TASK + "/agreement", response_model=TaskAgreement, responses=ERRORS)
+def get_agreement(task_id: TaskId, database: DatabaseDependency, caller: PrincipalDependency) -> TaskAgreement:
+    """How far the task's annotators agree, over their submitted and accepted annotations."""
+    return agreement.task_agreement(database, caller, task_id)
+
+
+@router.get(TASK + "/label-studio", response_class=Response, responses={
+    **ERRORS, 200: {"description": "Label Studio's JSON export, a task per item",
+                    "content": {"application/json": {"schema": {"type": "array", "items": {"type": "object"}}}}}})
+def label_studio(task_id: TaskId, http: Request, database: DatabaseDependency, caller: PrincipalDependency) -> Response:
+    """The task's labels (pre-fills included, as an export takes them) as a Label Studio JSON file."""
+    tasks_json = export.label_studio_json(database, http.app.state.blobs, caller, task_id)
+    return Response(content=json.dumps(tasks_json, ensure_ascii=False).encode(), media_type="application/json",
+                    headers={"Content-Disposition": f'attachment; filename="labeling-task-{task_id}.label-studio.json"',
+                             "Cache-Control": "no-store"})

@@ -53,6 +53,9 @@ class LabelingItemRow(Base):
     position: Mapped[int] = mapped_column(Integer)
     path: Mapped[str] = mapped_column(String(1024))
     line: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    prefill: Mapped[dict[str, Any] | None] = mapped_column(JSON(none_as_null=True), nullable=True)
+    """`{"labels": [...], "boxes": [{label, x, y, width, height}]}` from the task's import, or
+    NULL (SQL's, so that counting pre-filled items is `IS NOT NULL`)."""
 
 
 class AnnotationRow(Base):

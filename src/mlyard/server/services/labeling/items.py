@@ -14,7 +14,15 @@ import time
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from mlyard.api.labeling import AnnotationInfo, AnnotationRequest, Box, ItemInfo, ItemPage, ReviewRequest
+from mlyard.api.labeling import (
+    AnnotationInfo,
+    AnnotationRequest,
+    Box,
+    ItemInfo,
+    ItemPage,
+    ItemPrefill,
+    ReviewRequest,
+)
 from mlyard.errors import Conflict, Forbidden, InvalidRequest, NotFound
 from mlyard.server import auth
 from mlyard.server.services.labeling.tasks import DONE_STATUSES, may_manage, visible
@@ -43,7 +51,9 @@ def _items(session: Session, principal: auth.Principal, task: LabelingTaskRow, i
     reviewer_ids = {row.reviewed_by for rows in annotations.values() for row in rows if row.reviewed_by}
     reviewers = dict(session.execute(select(UserRow.id, UserRow.name).where(UserRow.id.in_(reviewer_ids))).all())
     return [ItemInfo(id=item.id, position=item.position, path=item.path, line=item.line,
-                     annotations=[_annotation(row, reviewers) for row in annotations.get(item.id, [])])
+                     annotations=[_annotation(row, reviewers) for row in annotations.get(item.id, [])],
+                     prefill=None if item.prefill is None else ItemPrefill(
+                         labels=list(item.prefill["labels"]), boxes=[Box(**box) for box in item.prefill["boxes"]]))
             for item in items]
 
 

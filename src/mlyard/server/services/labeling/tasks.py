@@ -21,6 +21,7 @@ from mlyard.api.labeling import MAX_ITEMS, MAX_LINES_PER_FILE, TaskInfo, TaskReq
 from mlyard.errors import Conflict, InvalidRequest, NotFound
 from mlyard.server import auth
 from mlyard.server.services.datasets import access, aliases
+from mlyard.server.services.labeling import prefill
 from mlyard.server.store.dataset_rows import DatasetFileRow, DatasetRow, DatasetVersionRow
 from mlyard.server.store.db import Database
 from mlyard.server.store.labeling_rows import AnnotationRow, LabelingItemRow, LabelingMemberRow, LabelingTaskRow
@@ -29,6 +30,8 @@ from mlyard.storage import BlobStore
 
 MAX_JSONL_BYTES = 64 * 1024 * 1024
 DONE_STATUSES = ("submitted", "accepted")
+CHUNK = 500
+"""Tasks whose figures one round of grouped queries gathers (an IN list's length)."""
 
 
 def _missing(task_id: int) -> NotFound:
@@ -60,28 +63,61 @@ def visible(session: Session, principal: auth.Principal, task_id: int) -> tuple[
 
 
 def info(session: Session, principal: auth.Principal, task: LabelingTaskRow) -> TaskInfo:
-    version = session.get(DatasetVersionRow, task.version_id)
-    dataset = session.get(DatasetRow, version.dataset_id)
-    members = session.execute(select(UserRow.name, LabelingMemberRow.role)
-                              .join(UserRow, UserRow.id == LabelingMemberRow.user_id)
-                              .where(LabelingMemberRow.task_id == task.id).order_by(UserRow.name)).all()
-    items = session.scalar(select(func.count()).where(LabelingItemRow.task_id == task.id)) or 0
-    finished = (select(AnnotationRow.item_id).where(AnnotationRow.task_id == task.id,
-                                                    AnnotationRow.status.in_(DONE_STATUSES))
-                .group_by(AnnotationRow.item_id).having(func.count() >= task.annotators_per_item).subquery())
-    done = session.scalar(select(func.count()).select_from(finished)) or 0
-    mine = None
-    if any(role == "annotator" and name == principal.name for name, role in members):
-        mine = session.scalar(select(func.count()).where(AnnotationRow.task_id == task.id,
-                                                         AnnotationRow.user_id == principal.user_id,
-                                                         AnnotationRow.status != "draft")) or 0
-    return TaskInfo(id=task.id, project=task.project, name=task.name, dataset=dataset.name,
-                    version=version_name(version.number), kind=task.kind, classes=list(task.classes),
-                    annotators=[name for name, role in members if role == "annotator"],
-                    reviewers=[name for name, role in members if role == "reviewer"],
-                    annotators_per_item=task.annotators_per_item, instructions=task.instructions,
-                    created_by=task.creator.name if task.creator else None, created_at=task.created_at,
-                    items=items, done=done, mine=mine)
+    return infos(session, principal, [task])[0]
+
+
+def infos(session: Session, principal: auth.Principal, tasks: list[LabelingTaskRow]) -> list[TaskInfo]:
+    """Each task's TaskInfo, from a few grouped queries per `CHUNK` tasks (not several per task)."""
+    found: list[TaskInfo] = []
+    for start in range(0, len(tasks), CHUNK):
+        found += _infos(session, principal, tasks[start:start + CHUNK])
+    return found
+
+
+def _counted(session: Session, query) -> dict[int, int]:
+    return {task_id: count for task_id, count in session.execute(query)}
+
+
+def _infos(session: Session, principal: auth.Principal, tasks: list[LabelingTaskRow]) -> list[TaskInfo]:
+    ids = [task.id for task in tasks]
+    versions = {version_id: (number, name) for version_id, number, name in session.execute(
+        select(DatasetVersionRow.id, DatasetVersionRow.number, DatasetRow.name)
+        .join(DatasetRow, DatasetRow.id == DatasetVersionRow.dataset_id)
+        .where(DatasetVersionRow.id.in_({task.version_id for task in tasks})))}
+    members: dict[int, list[tuple[str, str]]] = {}
+    for task_id, name, role in session.execute(
+            select(LabelingMemberRow.task_id, UserRow.name, LabelingMemberRow.role)
+            .join(UserRow, UserRow.id == LabelingMemberRow.user_id)
+            .where(LabelingMemberRow.task_id.in_(ids)).order_by(UserRow.name)):
+        members.setdefault(task_id, []).append((name, role))
+    # count(prefill) counts the items whose pre-fill is not NULL: both figures from one scan.
+    counts = {task_id: (items, filled) for task_id, items, filled in session.execute(
+        select(LabelingItemRow.task_id, func.count(), func.count(LabelingItemRow.prefill))
+        .where(LabelingItemRow.task_id.in_(ids)).group_by(LabelingItemRow.task_id))}
+    finished = (select(AnnotationRow.task_id)
+                .join(LabelingTaskRow, LabelingTaskRow.id == AnnotationRow.task_id)
+                .where(AnnotationRow.task_id.in_(ids), AnnotationRow.status.in_(DONE_STATUSES))
+                .group_by(AnnotationRow.task_id, AnnotationRow.item_id, LabelingTaskRow.annotators_per_item)
+                .having(func.count() >= LabelingTaskRow.annotators_per_item).subquery())
+    done = _counted(session, select(finished.c.task_id, func.count()).group_by(finished.c.task_id))
+    mine = _counted(session, select(AnnotationRow.task_id, func.count())
+                    .where(AnnotationRow.task_id.in_(ids), AnnotationRow.user_id == principal.user_id,
+                           AnnotationRow.status != "draft").group_by(AnnotationRow.task_id))
+    found = []
+    for task in tasks:
+        people = members.get(task.id, [])
+        number, dataset = versions[task.version_id]
+        annotates = any(role == "annotator" and name == principal.name for name, role in people)
+        found.append(TaskInfo(
+            id=task.id, project=task.project, name=task.name, dataset=dataset, version=version_name(number),
+            kind=task.kind, classes=list(task.classes),
+            annotators=[name for name, role in people if role == "annotator"],
+            reviewers=[name for name, role in people if role == "reviewer"],
+            annotators_per_item=task.annotators_per_item, instructions=task.instructions,
+            created_by=task.creator.name if task.creator else None, created_at=task.created_at,
+            items=counts.get(task.id, (0, 0))[0], done=done.get(task.id, 0),
+            mine=mine.get(task.id, 0) if annotates else None, prefilled=counts.get(task.id, (0, 0))[1]))
+    return found
 
 
 def _member_ids(session: Session, project: str, names: Iterable[str], field: str) -> dict[str, int]:
@@ -130,6 +166,7 @@ def create_task(database: Database, store: BlobStore, principal: auth.Principal,
         version_id, number = version.id, version.number
         files = _files(session, version_id)
     items = _items(store, request.kind, files)
+    prefills = prefill.read_prefill(store, request, files, items) if request.prefill is not None else {}
     try:
         with database.transaction() as session:
             version = session.get(DatasetVersionRow, version_id)
@@ -158,7 +195,8 @@ def create_task(database: Database, store: BlobStore, principal: auth.Principal,
                             + [LabelingMemberRow(task_id=task.id, user_id=user_id, role="reviewer")
                                for user_id in reviewers.values()])
             session.execute(LabelingItemRow.__table__.insert(), [
-                {"task_id": task.id, "position": position, "path": path, "line": line}
+                {"task_id": task.id, "position": position, "path": path, "line": line,
+                 "prefill": prefills.get(path) if line is None else None}
                 for position, (path, line) in enumerate(items)])
             session.flush()
             return info(session, principal, task)
@@ -180,7 +218,7 @@ def list_tasks(database: Database, principal: auth.Principal, *, project: str | 
                                     LabelingTaskRow.created_by == principal.user_id))
         if project is not None:
             query = query.where(LabelingTaskRow.project == project)
-        return [info(session, principal, task) for task in session.scalars(query)]
+        return infos(session, principal, list(session.scalars(query)))
 
 
 def get_task(database: Database, principal: auth.Principal, task_id: int) -> TaskInfo:
