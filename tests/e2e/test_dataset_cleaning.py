@@ -74,6 +74,18 @@ def test_a_report_finds_the_planted_problems_and_clean_makes_a_clean_child(serve
     printed = server.cli("datasets", "report", f"{name}:v1", check=True).stdout
     assert "exact duplicates" in printed and planted["corrupt"][0] in printed
 
+    # One file chosen by hand: the copy a kind would keep (the first of its group) goes, nothing else.
+    kept = sorted(next(group["paths"] for group in report["exact_duplicates"]
+                       if planted["duplicate"][0] in group["paths"]))[0]
+    chosen = server.cli_json("datasets", "clean", f"{name}:v1", "--path", kept)
+    removed = server.cli_json("datasets", "diff", name, "v1", chosen["version"]["version"])["removed"]
+    assert [item["path"] for item in removed] == [kept], removed
+    assert "chosen files" in chosen["version"]["message"]
+    clean_file = next(path.relative_to(tmp_path / "digits").as_posix()
+                      for path in (tmp_path / "digits").rglob("10.png"))  # a digit no problem touches
+    unnamed = server.cli("datasets", "clean", f"{name}:v1", "--path", clean_file)
+    assert unnamed.returncode == 1 and "is not a file this report names" in unnamed.stderr, unnamed.stderr
+
     cleaned = server.cli_json("datasets", "clean", f"{name}:v1", "--drop",
                               "duplicates,corrupt,wrong-extension,leaks,conflicts")
     assert cleaned["created"] and cleaned["version"]["parent"] == "v1"

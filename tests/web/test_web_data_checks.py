@@ -176,6 +176,12 @@ def test_a_report_is_made_drawn_and_cleaned_from_the_pages(visit: Visit, checked
     visit.page.check("#drop-wrong-extension")
     visit.page.get_by_role("button", name="Clean", exact=True).click()
     expect(visit.page.locator("#page-notice")).to_contain_text("Nothing to drop")
+    # One file chosen in its group: the copy the kind would have kept.
+    visit.page.locator(f"#exact-duplicates figure[data-path='{DUPLICATE}'] input[name='path']").check()
+    visit.page.get_by_role("button", name="Clean", exact=True).click()
+    expect(visit.page).to_have_url(re.compile(rf"{checked.url}\?version=v3$"))
+    expect(visit.page.locator("#selected-version .message-line")).to_contain_text("(chosen files): dropped 1 file:")
+    expect(visit.page.locator("#selected-version .facts dd").first).to_have_text(str(FILES - 1))
 
     viewer = Visit(browser, checked.server, f"{visit.folder.name}-viewer")
     try:
@@ -183,6 +189,7 @@ def test_a_report_is_made_drawn_and_cleaned_from_the_pages(visit: Visit, checked
         viewer.page.goto(report)
         expect(viewer.page.locator("#exact-duplicates figure.tile")).to_have_count(2)
         expect(viewer.page.locator("#clean")).to_have_count(0)
+        expect(viewer.page.locator("input[name='path']")).to_have_count(0)
         viewer.shot("viewer-report")
         refused_page(viewer.page.request.post(f"{report}/clean", form={"csrf": csrf_of(viewer), "drop": "corrupt"}),
                      403, "may not add versions")

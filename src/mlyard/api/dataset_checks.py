@@ -4,9 +4,9 @@ version without the files a report found wrong). Times are UTC seconds since the
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from mlyard.spec import ALIAS_PATTERN, NAME_PATTERN, VERSION_PATTERN
 from mlyard.spec.storage import plain_path
@@ -18,6 +18,7 @@ duplicates (likewise), undecodable and empty files, files whose content is not w
 extension says, the held-out side (test, val, …) of each leak, every file of a label conflict,
 and the files cleanlab flags."""
 DROP_KINDS: tuple[str, ...] = DropKind.__args__
+MAX_CHOSEN_PATHS = 10_000
 MAX_DISTANCE = 32
 
 
@@ -50,11 +51,22 @@ class CheckRequest(BaseModel):
 class CleanRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    drop: list[DropKind] = Field(min_length=1, max_length=len(DROP_KINDS))
+    drop: list[DropKind] = Field(default_factory=list, max_length=len(DROP_KINDS),
+                                 description="kinds of problem whose files are dropped, every group of each")
+    paths: list[Annotated[str, Field(min_length=1, max_length=1024)]] = Field(
+        default_factory=list, max_length=MAX_CHOSEN_PATHS,
+        description="files chosen one by one from the report's groups (any file the report names, the first of a "
+                    "group of duplicates too), dropped besides the kinds")
     keep: Literal["first"] = Field(default="first", description="which file of a group of duplicates stays: the "
                                                                  "first by path")
     message: str = Field(default="", max_length=1000, description="the new version's message (default: what was "
                                                                   "dropped)")
+
+    @model_validator(mode="after")
+    def _something(self) -> CleanRequest:
+        if not self.drop and not self.paths:
+            raise ValueError(f"drop: name a kind to drop ({', '.join(DROP_KINDS)}) or choose files (paths)")
+        return self
 
 
 class CheckInfo(BaseModel):

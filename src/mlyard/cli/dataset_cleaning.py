@@ -130,7 +130,10 @@ def _print(shown: CheckReport, output: OutputFormat) -> None:
 
 
 def clean(dataset: VersionedArgument,
-          drop: Annotated[str, typer.Option(help=f"what to drop, comma-separated: {', '.join(DROP_KINDS)}")],
+          drop: Annotated[str, typer.Option(help=f"what to drop, comma-separated: {', '.join(DROP_KINDS)}")] = "",
+          path: Annotated[list[str] | None, typer.Option(
+              "--path", help="a file the report names, dropped as well (repeat for several; the first of a group "
+                             "of duplicates too)")] = None,
           keep: Annotated[str, typer.Option(help="which file of a group of duplicates stays")] = "first",
           message: Annotated[str, typer.Option("--message", "-m", help="the new version's message (default: "
                                                                        "what was dropped)")] = "",
@@ -140,10 +143,12 @@ def clean(dataset: VersionedArgument,
     kinds = [kind.strip() for kind in drop.split(",") if kind.strip()]
     if unknown := [kind for kind in kinds if kind not in DROP_KINDS]:
         raise UsageError(f"--drop {unknown[0]!r} is not one of {', '.join(DROP_KINDS)}")
+    if not kinds and not path:
+        raise UsageError(f"--drop KINDS ({', '.join(DROP_KINDS)}) or --path FILE: say what to drop")
     if keep != "first":
         raise UsageError("--keep: only 'first' (the first file by path of each group stays)")
     with Client() as client:
-        made = client.datasets.clean(project, name, version, kinds, message=message)
+        made = client.datasets.clean(project, name, version, kinds, message=message, paths=path or [])
     if output is OutputFormat.json:
         print_json(made)
         return

@@ -34,7 +34,9 @@ class DatasetCheckCalls:
         from mlyard.api.dataset_checks import CheckReport
         return CheckReport.model_validate(self._json("GET", f"/datasets/checks/{check_id}/report"))
 
-    def clean(self, project: str, name: str, version: str, drop: list[str], *, message: str = "") -> VersionCreated:
+    def clean(self, project: str, name: str, version: str, drop: list[str], *, message: str = "",
+              paths: list[str] | None = None) -> VersionCreated:
         from mlyard.api.datasets import VersionCreated
         return VersionCreated.model_validate(self._json("POST", _version(project, name, version) + "/clean",
-                                                        json={"drop": drop, "message": message}))
+                                                        json={"drop": drop, "message": message,
+                                                                              "paths": paths or []}))

@@ -296,6 +296,7 @@ def report_page(request: Request, principal: PagePrincipal, project: Project, na
                 thumbnail_size=data_thumbnails.SIZES[0], sections=sections(report), counts=_counts(report),
                 bars=bars, unbarred=unbarred, drops=_drops(report), newest_done=newest_done,
                 may_clean=may_change(principal, project), tones=TONES, poll_seconds=POLL_SECONDS,
+                choosing=may_change(principal, project) and shown.state == "done" and newest_done == shown.id,
                 max_groups=MAX_GROUPS, notice=NOTICES.get(request.query_params.get("notice", "")))
 
 
@@ -329,13 +330,15 @@ def _clean(request: Request, principal: auth.Principal, shown: CheckReport, aske
 @router.post("/data/{project}/{name}/checks/{check_id}/clean")
 async def clean(request: Request, principal: ChangingPrincipal, project: Project, name: Name,
                 check_id: CheckId) -> Response:
-    """A child version without the files of the kinds ticked (`checks.clean`)."""
-    kinds = list(dict.fromkeys(_fields(await request.body()).get("drop") or []))
+    """A child version without the files of the kinds ticked and the files chosen in the groups
+    (`checks.clean`)."""
+    fields = _fields(await request.body())
+    kinds = list(dict.fromkeys(fields.get("drop") or []))
     try:
-        asked = CleanRequest(drop=kinds)
+        asked = CleanRequest(drop=kinds, paths=list(dict.fromkeys(fields.get("path") or [])))
     except ValueError:
-        return _error(request, InvalidRequest(f"tick at least one kind of file to drop, of {', '.join(DROP_KINDS)}",
-                                              field="drop"), principal)
+        return _error(request, InvalidRequest(f"tick at least one kind of file to drop, of {', '.join(DROP_KINDS)}, "
+                                              "or files in the groups above", field="drop"), principal)
     try:
         shown = await run_in_threadpool(_report, request, principal, project, name, check_id)  # reads a whole report
         made = await run_in_threadpool(_clean, request, principal, shown, asked)

@@ -23,7 +23,7 @@ from pydantic import ValidationError
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from mlyard.api.dataset_checks import CheckInfo, CheckReport, CheckRequest, CleanRequest
+from mlyard.api.dataset_checks import DROP_KINDS, CheckInfo, CheckReport, CheckRequest, CleanRequest
 from mlyard.api.datasets import VersionCreated, version_name
 from mlyard.errors import Conflict, InvalidRequest, MlyardError, NotFound
 from mlyard.server import auth
@@ -182,6 +182,32 @@ def dropped_paths(report: dict[str, Any], kinds: Iterable[str]) -> dict[str, str
     return dropped
 
 
+def flagged_paths(report: dict[str, Any]) -> dict[str, str]:
+    """Every file the report names, → why: those `clean` may drop when chosen one by one (the
+    first file of a group of duplicates too: which copy stays is then the chooser's)."""
+    flagged = dropped_paths(report, DROP_KINDS)
+    for key, why in (("exact_duplicates", "exact duplicate"), ("near_duplicates", "near duplicate")):
+        for group in report.get(key) or []:
+            for path in _strings(group.get("paths") if isinstance(group, dict) else None):
+                flagged.setdefault(path, why)
+    for pair in report.get("leaks") or []:
+        for path in _strings(pair.get("paths") if isinstance(pair, dict) else None):
+            flagged.setdefault(path, "leak across splits")
+    return flagged
+
+
+def _chosen(report: dict[str, Any], kinds: Iterable[str], paths: list[str]) -> dict[str, str]:
+    """The files `clean` drops: every one of the kinds, and those chosen, each of which the report must name."""
+    dropped = dropped_paths(report, kinds)
+    if paths:
+        flagged = flagged_paths(report)
+        for index, path in enumerate(paths):
+            if path not in flagged:
+                raise InvalidRequest(f"{path[:200]!r} is not a file this report names", field=f"paths.{index}")
+            dropped.setdefault(path, f"{flagged[path]} (chosen)")
+    return dropped
+
+
 def _strings(values: object) -> list[str]:
     return [value for value in values if isinstance(value, str)] if isinstance(values, list) else []
 
@@ -205,7 +231,7 @@ def clean(database: Database, store, principal: auth.Principal, project: str, na
             raise Conflict(f"{project}/{name}:{version_name(parent.number)} has no finished cleaning report; "
                            f"`mlyard datasets check {project}/{name}:{version_name(parent.number)}` makes one",
                            field="version")
-        dropped = dropped_paths(report, request.drop)
+        dropped = _chosen(report, request.drop, request.paths)
         files = session.execute(select(DatasetFileRow.path, DatasetFileRow.digest, DatasetFileRow.size,
                                        DatasetFileRow.media_type)
                                 .where(DatasetFileRow.version_id == parent.id).order_by(DatasetFileRow.path)).all()
@@ -221,7 +247,8 @@ def clean(database: Database, store, principal: auth.Principal, project: str, na
         if parent is None or parent.dataset_id != dataset.id:
             raise Conflict(f"{project}/{name}:{reference} was removed meanwhile", field="version")
         row = versions.add_version(session, store, dataset, number=versions.next_number(session, dataset),
-                                   parent=parent, message=request.message or _message(dropped, request.drop),
+                                   parent=parent, message=request.message or _message(
+                                       dropped, [*request.drop, *(["chosen files"] if request.paths else [])]),
                                    entries=entries, figures=figures, created_by=principal.user_id, by=principal.name)
         return VersionCreated(version=versions.info(session, dataset, row), created=True)
 
@@ -231,4 +258,4 @@ def _message(dropped: dict[str, str], kinds: Iterable[str]) -> str:
     for why in dropped.values():
         reasons[why] = reasons.get(why, 0) + 1
     said = ", ".join(f"{count} {why}" for why, count in sorted(reasons.items()))
-    return f"cleaned ({', '.join(kinds)}): dropped {len(dropped)} files: {said}"
+    return f"cleaned ({', '.join(kinds)}): dropped {len(dropped)} file{'s' if len(dropped) != 1 else ''}: {said}"
