@@ -207,7 +207,7 @@ def test_label_studio_boxes_prefill_a_task_and_download_as_label_studio(world: W
     assert download.status_code == 200 and download.headers["content-type"] == "application/json"
     assert download.headers["content-disposition"].startswith("attachment;")
     saved = world.folder / "downloaded.json"
-    world.server.cli("label", "export", str(task["id"]), "--format", "label-studio", "-o", str(saved), check=True)
+    world.server.cli("label", "export", str(task["id"]), "--format", "label-studio", "--file", str(saved), check=True)
     assert json.loads(saved.read_bytes()) == download.json()
     back = label_studio.read(paths + [label_studio.OUTPUT],
                              lambda path: saved.read_bytes() if path == label_studio.OUTPUT else None)
@@ -220,16 +220,23 @@ def test_an_import_the_task_cannot_hold_is_refused_naming_prefill(world: World) 
     draw(source, paths)
     (source / "annotations.json").write_text("{not json")
     (source / "labels.csv").write_text("path,label\nimg/0.png,cat\nimg/1.png,bird\n")
+    # A COCO file that states a larger image than the file is: its box lies outside the real one.
+    (source / "big.json").write_text(json.dumps({
+        "images": [{"id": 1, "file_name": "img/0.png", "width": SIDE * 10, "height": SIDE * 10}],
+        "categories": [{"id": 1, "name": "cat"}],
+        "annotations": [{"id": 1, "image_id": 1, "category_id": 1, "bbox": [SIDE * 2, 0, 5, 5], "iscrowd": 0}]}))
     dataset = push(world, source)
     base = {"project": world.project, "dataset": dataset, "classes": ["cat", "dog"],
             "annotators": [world.annotators[0]]}
     cases = [("classification", "coco", "annotations.json: is not JSON"),
              ("classification", "csv", "classes the task does not have: bird"),
-             ("boxes", "csv", "labels of the whole image")]
+             ("boxes", "csv", "labels of the whole image"),
+             ("boxes", "coco:big.json", f"passes the edge of the image, which is {SIDE} × {SIDE} pixels")]
     with world.http() as http:
         for kind, layout, problem in cases:
+            named, _, path = layout.partition(":")
             answer = http.post("/labeling/tasks", json={**base, "name": unique("refused"), "kind": kind,
-                                                        "prefill": {"format": layout}})
+                                                        "prefill": {"format": named, "path": path or None}})
             assert answer.status_code == 422, answer.text
             detail = answer.json()["details"][0]
             assert detail["field"] == "prefill" and problem in answer.text, answer.text

@@ -85,6 +85,10 @@ def labeling(web_server: RunningServer, tmp_path_factory: pytest.TempPathFactory
     made.truth.update(digit_images(folder / "digits"))
     (folder / "shapes").mkdir()
     Image.new("RGB", (200, 150), (235, 235, 235)).save(folder / "shapes" / "scene.png")
+    # A phone photo: wider than the page's 1024-pixel view, stored sideways with an EXIF rotation.
+    exif = Image.Exif()
+    exif[0x0112] = 6
+    Image.new("RGB", (1600, 800), (200, 220, 240)).save(folder / "shapes" / "z-photo.jpg", exif=exif)
     (folder / "notes").mkdir()
     (folder / "notes" / "a-review.txt").write_text("The film was <b>wonderful</b>.\n")
     (folder / "notes" / "more.jsonl").write_text('{"text": "dull and long", "id": 1}\n\n{"text": "a joy", "id": 2}\n')
@@ -258,9 +262,10 @@ def train_on_the_export(labeling: Labeling) -> None:
     assert re.search(r"final test_accuracy=\d\.\d{4}", result.stdout), result.stdout
 
 
-def drag(tab: Visit, image, left: float, top: float, right: float, bottom: float) -> None:
+def drag(tab: Visit, image, left: float, top: float, right: float, bottom: float, width: int = 200) -> None:
+    """Draws from (left, top) to (right, bottom), in the pixels of an image `width` wide as stored."""
     box = image.bounding_box()
-    scale = box["width"] / 200
+    scale = box["width"] / width
     tab.page.mouse.move(box["x"] + left * scale, box["y"] + top * scale)
     tab.page.mouse.down()
     tab.page.mouse.move(box["x"] + (left + right) / 2 * scale, box["y"] + (top + bottom) / 2 * scale, steps=4)
@@ -286,6 +291,14 @@ def test_three_boxes_drawn_with_the_mouse_export_as_coco(labeling: Labeling, vis
         visit.page.keyboard.press("Escape")
     expect(visit.page.locator("#box-list li")).to_have_text(["circle", "square", "circle"])
     visit.shot("three-boxes")
+    label_shown_by(visit, "Enter")
+    # The photo is shown as stored (not turned upright) and its box kept in its own pixels.
+    _, path = wait_for_item(visit)
+    assert path == "z-photo.jpg"
+    photo = visit.page.locator("#item-image")
+    assert photo.evaluate("(image) => [image.naturalWidth, image.naturalHeight]") == [1024, 512]
+    drag(visit, photo, 800, 400, 1560, 780, width=1600)
+    expect(visit.page.locator("#labeler-status")).to_have_text("Saved (draft)")
     visit.page.keyboard.press("Enter")
     expect(visit.page.locator("#labeler-done")).to_be_visible()
 
@@ -294,7 +307,8 @@ def test_three_boxes_drawn_with_the_mouse_export_as_coco(labeling: Labeling, vis
         visit.page.locator("#label-studio-download").click()
     studio = json.loads(Path(downloading.value.path()).read_text())
     results = [result for task in studio for annotation in task["annotations"] for result in annotation["result"]]
-    assert sorted(result["value"]["rectanglelabels"][0] for result in results) == ["circle", "circle", "square"]
+    assert sorted(result["value"]["rectanglelabels"][0] for result in results) == ["circle", "circle", "circle",
+                                                                                   "square"]
     visit.page.locator("#export-format").select_option("coco")
     visit.page.get_by_role("button", name="Export").click()
     expect(visit.page).to_have_url(re.compile(r"\?version=v2$"))
@@ -303,7 +317,12 @@ def test_three_boxes_drawn_with_the_mouse_export_as_coco(labeling: Labeling, vis
     coco = json.loads(next(target.rglob("*.json")).read_text())
     assert_coco_layout(coco)
     categories = {category["id"]: category["name"] for category in coco["categories"]}
-    drawn = sorted((categories[entry["category_id"]], *entry["bbox"]) for entry in coco["annotations"])
+    images = {image["id"]: image for image in coco["images"]}
+    on_photo = [entry for entry in coco["annotations"] if images[entry["image_id"]]["file_name"].endswith("z-photo.jpg")]
+    assert [images[entry["image_id"]]["width"] for entry in on_photo] == [1600]
+    assert all(abs(a - b) <= 6 for a, b in zip(on_photo[0]["bbox"], (800, 400, 760, 380), strict=True)), on_photo
+    drawn = sorted((categories[entry["category_id"]], *entry["bbox"]) for entry in coco["annotations"]
+                   if entry not in on_photo)
     wanted = sorted((label, left, top, right - left, bottom - top) for left, top, right, bottom, label in BOXES)
     assert len(drawn) == 3
     for got, expected in zip(drawn, wanted, strict=True):
@@ -336,7 +355,7 @@ def test_the_task_page_shows_two_annotators_agreement(labeling: Labeling, visit:
                               f"{labeling.project}/{labeling.digits}", "--kind", "classification", "--classes", "a,b",
                               "--annotators", f"{labeling.users['annotator']},{labeling.users['reviewer']}",
                               "--per-item", "2")
-    given = {"annotator": ["a", "a", "b", "b"], "reviewer": ["a", "b", "b", "b"]}  # 3 of 4 items agree
+    given = {"reviewer": ["a", "b", "b", "b"], "annotator": ["a", "a", "b", "b"]}  # 3 of 4 items agree
     for who, labels in given.items():
         with httpx.Client(base_url=f"{labeling.server.url}/api/v1",
                           headers={"Authorization": f"Bearer {labeling.tokens[who]}"}) as http:
@@ -351,6 +370,17 @@ def test_the_task_page_shows_two_annotators_agreement(labeling: Labeling, visit:
     expect(visit.page.locator("#agreement .kappa")).to_have_text("0.500")  # Cohen's: (0.75 - 0.5) / (1 - 0.5)
     expect(visit.page.locator("#agreement-annotators tbody tr")).to_have_count(2)
     visit.shot("agreement")
+    # The maker of the task sees everyone's labels on its pages, but labels with their own only.
+    visit.page.goto(f"/labeling/{made['id']}/annotate")
+    wait_for_item(visit)
+    labeler = visit.page.locator("#labeler")
+    expect(labeler).to_have_attribute("data-position", "4")
+    for position in (3, 2, 1):
+        visit.page.keyboard.press("ArrowLeft")
+        expect(labeler).to_have_attribute("data-position", str(position))
+        wait_for_item(visit)
+    expect(visit.page.locator("#classes button[data-class='a']")).to_have_attribute("aria-pressed", "true")
+    expect(visit.page.locator("#classes button[data-class='b']")).to_have_attribute("aria-pressed", "false")
 
 
 def test_text_items_are_shown_as_text_and_labeled_by_key(labeling: Labeling, visit: Visit) -> None:

@@ -129,16 +129,16 @@ def _print_agreement(agreement) -> None:
 def export(task_id: Annotated[int, typer.Argument(metavar="ID")],
            layout: Annotated[str, typer.Option("--format", help="imagefolder or csv (classification), coco, yolo or "
                                                                "voc (boxes): a child version; label-studio: a JSON "
-                                                               "file (-o)")],
+                                                               "file (--file)")],
            message: Annotated[str, typer.Option("--message", "-m")] = "",
            destination: Annotated[Path | None, typer.Option(
-               "--file", "-o", metavar="FILE", help="where the label-studio download is written")] = None,
-           output: Annotated[OutputFormat, typer.Option("--output", help="table or json")] = OutputFormat.table
+               "--file", "-f", metavar="FILE", help="where the label-studio download is written")] = None,
+           output: OutputOption = OutputFormat.table
            ) -> None:
     """Make a child version of the task's data with its labels in a standard layout, or download
     them as Label Studio JSON."""
     if (layout == "label-studio") != (destination is not None):
-        raise UsageError("--format label-studio downloads to a file: give it -o FILE (and -o only with it)")
+        raise UsageError("--format label-studio downloads to a file: give it --file FILE (and --file only with it)")
     with Client() as client:
         if destination is not None:
             content = client.labeling.label_studio(task_id)

@@ -137,7 +137,8 @@ def _not_found(reason: str) -> Response:
 
 @router.get("/data/{project}/{name}/{version}/thumbnail")
 def thumbnail(request: Request, principal: PagePrincipal, project: Project, name: Name, version: Reference,
-              path: FilePath, size: Annotated[int, Query(ge=1, le=1024)] = data_thumbnails.SIZES[0]) -> Response:
+              path: FilePath, size: Annotated[int, Query(ge=1, le=1024)] = data_thumbnails.SIZES[0],
+              orient: Annotated[str, Query(pattern="^(upright|stored)$")] = "upright") -> Response:
     """A PNG thumbnail of an image file of a version the caller may read; 404 for a dataset or
     file they may not read or that does not exist, 422 for a file that gets none."""
     try:
@@ -148,12 +149,13 @@ def thumbnail(request: Request, principal: PagePrincipal, project: Project, name
     if not (file.media_type or "").startswith("image/"):
         return PlainTextResponse("not an image", status_code=422)
     try:
-        made = data_thumbnails.thumbnail(blob, digest=file.sha256, file_size=file.size, size=size)
+        made = data_thumbnails.thumbnail(blob, digest=file.sha256, file_size=file.size, size=size,
+                                         upright=orient == "upright")
     except data_thumbnails.NoThumbnail as refused:
         return PlainTextResponse(f"no thumbnail: {refused}", status_code=422)
     return Response(made, media_type=data_thumbnails.MEDIA_TYPE, headers={
         "X-Content-Type-Options": "nosniff", "Cache-Control": "private, max-age=86400",
-        "ETag": f'"{file.sha256[:32]}-{size}"'})
+        "ETag": f'"{file.sha256[:32]}-{size}-{orient}"'})
 
 
 @router.get("/data/{project}/{name}/{version}/download")

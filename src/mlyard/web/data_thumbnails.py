@@ -36,7 +36,8 @@ class NoThumbnail(Exception):
 
 
 class ThumbnailCache:
-    """PNG bytes by (digest, size), bounded by their total size."""
+    """PNG bytes by (digest, size), bounded by their total size; a thumbnail in the stored
+    orientation (not turned upright) is kept under its size negated."""
 
     def __init__(self, limit: int = CACHE_BYTES) -> None:
         self.limit = limit
@@ -71,9 +72,11 @@ _cache = ThumbnailCache()
 _slots = threading.BoundedSemaphore(MAX_CONCURRENT)
 
 
-def make_thumbnail(path: Path, *, size: int, max_pixels: int = MAX_PIXELS) -> bytes:
+def make_thumbnail(path: Path, *, size: int, max_pixels: int = MAX_PIXELS, upright: bool = True) -> bytes:
     """A PNG of at most `size`×`size` pixels of the image at `path` (its first frame), or
-    NoThumbnail. The header's declared size is checked before decoding."""
+    NoThumbnail. The header's declared size is checked before decoding. `upright` turns a photo
+    as its EXIF orientation says; without it the pixels stay as stored, the frame in which
+    labeling boxes are measured (COCO's, YOLO's and VOC's)."""
     try:
         with Image.open(path) as image:
             if image.format not in THUMBNAILED_FORMATS:
@@ -82,7 +85,8 @@ def make_thumbnail(path: Path, *, size: int, max_pixels: int = MAX_PIXELS) -> by
                 raise NoThumbnail(f"the image is {image.width}x{image.height}, over {max_pixels:,} pixels")
             image.draft("RGB", (size, size))  # JPEG: decode at a fraction of the size
             image.thumbnail((size, size))
-            image = ImageOps.exif_transpose(image)
+            if upright:
+                image = ImageOps.exif_transpose(image)
             if image.mode not in ("RGB", "RGBA", "L", "LA"):
                 image = image.convert("RGBA")
             written = io.BytesIO()
@@ -92,17 +96,17 @@ def make_thumbnail(path: Path, *, size: int, max_pixels: int = MAX_PIXELS) -> by
         raise NoThumbnail(f"not an image Pillow reads: {error}") from error
 
 
-def thumbnail(path: Path, *, digest: str, file_size: int, size: int) -> bytes:
+def thumbnail(path: Path, *, digest: str, file_size: int, size: int, upright: bool = True) -> bytes:
     """The cached thumbnail of a blob, made (under the process's bound) when missing."""
     if size not in SIZES:
         raise NoThumbnail(f"thumbnails are {', '.join(map(str, SIZES))} pixels wide")
     if file_size > MAX_SOURCE_BYTES:
         raise NoThumbnail(f"the file is over {MAX_SOURCE_BYTES >> 20} MiB")
-    key = (digest, size)
+    key = (digest, size if upright else -size)
     found = _cache.get(key)
     if found is not None:
         return found
     with _slots:
-        made = make_thumbnail(path, size=size)
+        made = make_thumbnail(path, size=size, upright=upright)
     _cache.put(key, made)
     return made

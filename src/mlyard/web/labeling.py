@@ -14,6 +14,7 @@ from typing import Annotated
 from urllib.parse import parse_qs
 
 from fastapi import APIRouter, Path, Query, Request, status
+from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import RedirectResponse
 from pydantic import ValidationError
 from starlette.responses import Response
@@ -23,7 +24,7 @@ from mlyard.errors import InvalidRequest, MlyardError
 from mlyard.server import auth
 from mlyard.server.services.labeling import agreement, export, tasks
 from mlyard.web.data import dataset_url, markdown
-from mlyard.web.session import MAX_FORM_BYTES, ChangingPrincipal, PagePrincipal
+from mlyard.web.session import MAX_CHANGE_BYTES, MAX_FORM_BYTES, ChangingPrincipal, PagePrincipal
 from mlyard.web.templating import page
 
 router = APIRouter(include_in_schema=False)
@@ -44,8 +45,13 @@ def _error(request: Request, error: MlyardError, principal: auth.Principal) -> R
                 nav="labeling")
 
 
-def _fields(body: bytes) -> dict[str, list[str]]:
-    return parse_qs(body[:MAX_FORM_BYTES].decode("utf-8", errors="replace"))
+def _fields(body: bytes, limit: int = MAX_FORM_BYTES) -> dict[str, list[str]]:
+    """A form's fields; one larger than `limit` is refused rather than cut (its last field would
+    be stored cut short)."""
+    if len(body) > limit:
+        raise InvalidRequest(f"the form is over {limit // 1024} KiB: shorten the instructions or the classes",
+                             field="form")
+    return parse_qs(body.decode("utf-8", errors="replace"))
 
 
 def _names(text: str) -> list[str]:
@@ -100,14 +106,16 @@ def _task_request(fields: dict[str, list[str]]) -> TaskRequest:
 
 @router.post("/labeling")
 async def create_task(request: Request, principal: ChangingPrincipal) -> Response:
-    """Makes a task from the form; on a refusal, the form again with what was typed and why."""
-    fields = _fields(await request.body())
+    """Makes a task from the form; on a refusal, the form again with what was typed and why.
+    Making one reads files (a text task's .jsonl, pre-filled labels): in a thread, not the loop."""
+    fields: dict[str, list[str]] = {}
     try:
-        made = tasks.create_task(request.app.state.database, request.app.state.blobs, principal,
-                                 _task_request(fields))
+        fields = _fields(await request.body(), MAX_CHANGE_BYTES)
+        made = await run_in_threadpool(tasks.create_task, request.app.state.database, request.app.state.blobs,
+                                       principal, _task_request(fields))
     except MlyardError as error:
         try:
-            listing = tasks.list_tasks(request.app.state.database, principal)
+            listing = await run_in_threadpool(tasks.list_tasks, request.app.state.database, principal)
         except MlyardError:
             listing = []
         projects = sorted(name for name, role in principal.roles.items() if role >= auth.Role.MEMBER)
@@ -137,17 +145,20 @@ def task_page(request: Request, principal: PagePrincipal, task_id: TaskId,
 
 @router.post("/labeling/{task_id}/export")
 async def export_task(request: Request, principal: ChangingPrincipal, task_id: TaskId) -> Response:
-    """A child version with the task's labels; lands on it."""
-    fields = _fields(await request.body())
+    """A child version with the task's labels; lands on it. Export writes blobs and measures the
+    version: in a thread, not the loop."""
+    database = request.app.state.database
     try:
-        made = export.export_task(request.app.state.database, request.app.state.blobs, principal, task_id,
-                                  ExportRequest(format=(fields.get("format") or [""])[0],
-                                                message=(fields.get("message") or [""])[0][:1000]))
+        fields = _fields(await request.body())
+        wanted = ExportRequest(format=(fields.get("format") or [""])[0],
+                               message=(fields.get("message") or [""])[0][:1000])
+        made = await run_in_threadpool(export.export_task, database, request.app.state.blobs, principal, task_id,
+                                       wanted)
+        task = await run_in_threadpool(tasks.get_task, database, principal, task_id)
     except ValidationError:
         return _error(request, InvalidRequest("choose one of the formats listed", field="format"), principal)
     except MlyardError as error:
         return _error(request, error, principal)
-    task = tasks.get_task(request.app.state.database, principal, task_id)
     return RedirectResponse(f"{dataset_url(task.project, task.dataset)}?version={made.version.version}",
                             status_code=status.HTTP_303_SEE_OTHER)
 

@@ -35,10 +35,14 @@
 
   async function call(method, url, body) {
     const response = await fetch(url, {
-      method, credentials: "same-origin",
+      method, credentials: "same-origin", redirect: "manual",
       headers: body === undefined ? {} : { "Content-Type": "application/json", "X-CSRF-Token": csrf },
       body: body === undefined ? undefined : JSON.stringify(body),
     });
+    // An ended session is a redirect to the login page: never read as "nothing left".
+    if (response.type === "opaqueredirect" || !(response.headers.get("Content-Type") || "").includes("json")) {
+      throw new Error("Your session has ended or the page is out of date: reload the page (what is saved stays)");
+    }
     const answer = await response.json().catch(() => ({ error: `the server answered ${response.status}` }));
     if (!response.ok) throw new Error(answer.error || `the server answered ${response.status}`);
     return answer;
@@ -54,7 +58,7 @@
   }
 
   function own(shown) {
-    return shown && shown.annotations.length ? shown.annotations[0] : null;
+    return shown ? shown.annotations.find((annotation) => annotation.user === setup.user) || null : null;
   }
 
   // What the item starts as: the user's own annotation, else the labels imported into the task.
@@ -123,7 +127,8 @@
 
   function startAnnotator(image, boxes) {
     const factor = scale(image);
-    annotator = Annotorious.createImageAnnotator(image, { drawingEnabled: true, drawingMode: "drag" });
+    // autoSave: an update on every move and resize, not only when the box is let go of.
+    annotator = Annotorious.createImageAnnotator(image, { drawingEnabled: true, drawingMode: "drag", autoSave: true });
     annotator.setDrawingTool("rectangle");
     annotator.setAnnotations(boxes.map((box, index) => {
       const id = `box-${item.id}-${index}`;
@@ -132,15 +137,13 @@
       return { id, bodies: [], target: { annotation: id, selector: { type: "RECTANGLE",
         geometry: { x, y, w, h, bounds: { minX: x, minY: y, maxX: x + w, maxY: y + h } } } } };
     }), true);
+    // A deleted box keeps its class here, so that undoing the deletion brings it back as it was.
     annotator.on("createAnnotation", (annotation) => {
-      boxLabels.set(annotation.id, current);
+      if (!boxLabels.has(annotation.id)) boxLabels.set(annotation.id, current);
       changed();
     });
     annotator.on("updateAnnotation", changed);
-    annotator.on("deleteAnnotation", (annotation) => {
-      boxLabels.delete(annotation.id);
-      changed();
-    });
+    annotator.on("deleteAnnotation", changed);
     drawBoxList();
     paint();
   }
@@ -151,9 +154,11 @@
     const limit = item.size || [image.naturalWidth, image.naturalHeight];
     return annotator.getAnnotations().map((annotation) => {
       const geometry = annotation.target.selector.geometry;
-      const x = Math.max(0, geometry.x * factor.x), y = Math.max(0, geometry.y * factor.y);
-      const width = Math.min(limit[0] - x, geometry.w * factor.x), height = Math.min(limit[1] - y, geometry.h * factor.y);
-      return { label: boxLabels.get(annotation.id) || current, x, y, width, height };
+      // Clipped to the image on every side: what lies outside it is no part of the box.
+      const left = Math.max(0, geometry.x * factor.x), top = Math.max(0, geometry.y * factor.y);
+      const right = Math.min(limit[0], (geometry.x + geometry.w) * factor.x);
+      const bottom = Math.min(limit[1], (geometry.y + geometry.h) * factor.y);
+      return { label: boxLabels.get(annotation.id) || current, x: left, y: top, width: right - left, height: bottom - top };
     }).filter((box) => box.width > 0.5 && box.height > 0.5);
   }
 
@@ -236,13 +241,19 @@
     return busy;
   }
 
-  function save(state, labels) {
+  function save(state, labels, options) {
     const shown = item;
+    if (kind === "boxes" && !annotator) {
+      say("The image has not loaded: nothing to save yet", "error");
+      return busy;
+    }
     const body = kind === "boxes" ? { labels: [], boxes: currentBoxes(), status: state }
       : { labels: labels || chosen.slice(), boxes: [], status: state };
+    // Progress is counted over the whole task: asked for on submits and undos, not on every drag.
+    const progress = state === "submitted" || (options && options.progress) ? "?progress=1" : "";
     return queue(async () => {
       say("Saving…");
-      const answer = await call("PUT", `${base}/items/${shown.id}/annotation.json`, body);
+      const answer = await call("PUT", `${base}/items/${shown.id}/annotation.json${progress}`, body);
       shown.annotations = [answer.annotation];
       if (item === shown) $("item-state").textContent = answer.annotation.status;
       showProgress(answer.progress);
@@ -262,15 +273,33 @@
     return go(`${base}/next.json`);
   }
 
+  // What an undo restores: the item's labels as they were, never a reviewer's "rejected" (it
+  // would go back to review unchanged) and, for an item never labeled, its pre-fill.
+  function remember() {
+    const mine = own(item);
+    const start = mine ? { labels: mine.labels.slice(), status: mine.status === "submitted" ? "submitted" : "draft" }
+      : { labels: item.prefill ? (item.prefill.labels || []).slice() : [], status: "draft" };
+    undone.push({ item, before: start });
+    if (undone.length > 100) undone.shift();
+  }
+
+  // Leaves the item with what is on screen saved: a box still selected is let go of first.
+  function settle() {
+    if (annotator) annotator.cancelSelected();
+  }
+
   function submit(labels) {
     if (!item) return;
-    if (kind !== "boxes" && !(labels || chosen).length) {
+    if ((kind === "classification" || kind === "text") && !(labels || chosen).length) {
       say("Choose a class first", "error");
       return;
     }
-    const mine = own(item);
-    undone.push({ item, before: mine ? { labels: mine.labels.slice(), boxes: mine.boxes.slice(), status: mine.status } : null });
-    if (undone.length > 100) undone.shift();
+    if (kind === "boxes" && !annotator) {
+      say("The image has not loaded (or cannot be shown): nothing to submit; → skips it", "error");
+      return;
+    }
+    settle();
+    if (kind !== "boxes") remember();
     save("submitted", labels);
     nextToLabel();
   }
@@ -284,6 +313,7 @@
       drawButtons();
       if (selected.length) changed();
     } else if (kind === "multilabel") {
+      remember();
       chosen = chosen.includes(label) ? chosen.filter((name) => name !== label) : chosen.concat([label]);
       drawButtons();
       save("draft");
@@ -304,11 +334,9 @@
       say("Nothing to undo");
       return;
     }
-    const before = last.before;
     queue(async () => {
-      const body = before ? { labels: before.labels, boxes: [], status: before.status === "draft" ? "draft" : "submitted" }
-        : { labels: [], boxes: [], status: "draft" };
-      const answer = await call("PUT", `${base}/items/${last.item.id}/annotation.json`, body);
+      const body = { labels: last.before.labels, boxes: [], status: last.before.status };
+      const answer = await call("PUT", `${base}/items/${last.item.id}/annotation.json?progress=1`, body);
       last.item.annotations = [answer.annotation];
       showProgress(answer.progress);
       show(last.item);
@@ -320,6 +348,7 @@
     if (!item) return;
     const position = item.position + offset;
     if (position < 0) return;
+    settle();
     go(`${base}/at.json?position=${position}`);
   }
 
@@ -327,10 +356,7 @@
     if (!annotator) return;
     const selected = annotator.getSelected();
     if (!selected.length) return;
-    selected.forEach((annotation) => {
-      annotator.removeAnnotation(annotation.id);
-      boxLabels.delete(annotation.id);
-    });
+    selected.forEach((annotation) => annotator.removeAnnotation(annotation.id));
     changed();
   }
 

@@ -135,10 +135,11 @@ def export_task(database: Database, store: BlobStore, principal: auth.Principal,
 def label_studio_json(database: Database, store: BlobStore, principal: auth.Principal,
                       task_id: int) -> list[dict[str, Any]]:
     """The task's labels (as an export takes them, pre-fills included) as Label Studio's JSON
-    export, a task per item; whoever sees the task may download it."""
+    export, a task per item; as for an export, members of the project who see the task."""
     auth.authorize(principal, auth.Action.READ)
     with database.reading() as session:
         task, _ = visible(session, principal, task_id)
+        auth.require_role(principal, task.project, auth.Role.MEMBER, f"download labeling task {task_id}")
         annotations, _, _ = final_labels(session, task)
         if not annotations.items:
             raise _nothing(task)

@@ -58,18 +58,23 @@ def _items(session: Session, principal: auth.Principal, task: LabelingTaskRow, i
 
 
 def list_items(database: Database, principal: auth.Principal, task_id: int, *, after: int | None = None,
-               limit: int = DEFAULT_PAGE) -> ItemPage:
-    """The task's items in order, from the position after `after`, with the annotations the caller may see."""
+               limit: int = DEFAULT_PAGE, mine_only: bool = False, status: str | None = None) -> ItemPage:
+    """The task's items in order, from the position after `after`, with the annotations the caller
+    may see (`mine_only`: their own, as an annotator's page wants even where they also review);
+    `status`: only items holding an annotation in that state (a review page's `submitted`)."""
     auth.authorize(principal, auth.Action.READ)
     with database.reading() as session:
         task, roles = visible(session, principal, task_id)
         query = select(LabelingItemRow).where(LabelingItemRow.task_id == task.id)
         if after is not None:
             query = query.where(LabelingItemRow.position > after)
+        if status is not None:
+            query = query.where(LabelingItemRow.id.in_(select(AnnotationRow.item_id).where(
+                AnnotationRow.task_id == task.id, AnnotationRow.status == status)))
         items = list(session.scalars(query.order_by(LabelingItemRow.position).limit(limit + 1)))
         more = len(items) > limit
         items = items[:limit]
-        everyone = "reviewer" in roles or may_manage(principal, task)
+        everyone = not mine_only and ("reviewer" in roles or may_manage(principal, task))
         return ItemPage(items=_items(session, principal, task, items, everyone),
                         next_after=items[-1].position if more else None)
 

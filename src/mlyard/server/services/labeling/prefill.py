@@ -23,6 +23,7 @@ from mlyard.storage import BlobStore
 
 MAX_PREFILL_BYTES = 256 * 1024 * 1024
 ONE_FILE_FORMATS = ("csv", "coco", "label-studio")
+BOX_FORMATS = ("coco", "yolo", "voc", "label-studio")
 """The formats kept in one file, which `Prefill.path` may name; the others find theirs by layout."""
 SHOWN = 20
 
@@ -73,13 +74,16 @@ def read_prefill(store: BlobStore, request: TaskRequest, files: list[tuple[str, 
         if prefill.path not in by_path:
             raise _refused(f"{prefill.path!r:.200} is not a file of the version")
         options["path"] = prefill.path
-    if prefill.format == "yolo":  # YOLO's coordinates are fractions of each image's size
+    if prefill.format in BOX_FORMATS:
+        # Measured, not taken from the file: YOLO's coordinates are fractions of each image's size,
+        # and Label Studio's percentages need one where its results do not state it.
         options["image_sizes"] = _image_sizes(store, files)
     try:
         annotations = FORMATS[prefill.format].read(sorted(by_path), _Reader(store, by_path), **options)
     except FormatError as error:
         raise _refused(f"the version's labels cannot be read as {prefill.format}: {error}") from None
-    return checked(request, annotations, {path for path, line in items if line is None})
+    return checked(request, annotations, {path for path, line in items if line is None},
+                   options.get("image_sizes", {}))
 
 
 def _image_sizes(store: BlobStore, files: list[tuple[str, str, int, str | None]]) -> dict[str, tuple[int, int]]:
@@ -90,8 +94,10 @@ def _image_sizes(store: BlobStore, files: list[tuple[str, str, int, str | None]]
     return sizes
 
 
-def checked(request: TaskRequest, annotations: Annotations, item_paths: set[str]) -> dict[str, dict[str, Any]]:
-    """The pre-fills of the task's items, once they fit its kind and classes."""
+def checked(request: TaskRequest, annotations: Annotations, item_paths: set[str],
+            measured: dict[str, tuple[int, int]] | None = None) -> dict[str, dict[str, Any]]:
+    """The pre-fills of the task's items, once they fit its kind and classes and their boxes lie
+    inside the images as measured (a label file's stated size is not trusted)."""
     layout = request.prefill.format if request.prefill else "the import"
     if annotations.kind == "text":
         raise _refused(f"the {layout} labels are free text; a {request.kind} task takes classes")
@@ -99,7 +105,7 @@ def checked(request: TaskRequest, annotations: Annotations, item_paths: set[str]
     if not found:
         raise _refused(f"the {layout} labels name none of the task's {len(item_paths):,} items")
     for path, item in found.items():
-        problem = _misfit(request.kind, item)
+        problem = _misfit(request.kind, item) or _outside(item, (measured or {}).get(path))
         if problem:
             raise _refused(f"{path}: {problem}")
     classes = set(request.classes)
@@ -111,6 +117,16 @@ def checked(request: TaskRequest, annotations: Annotations, item_paths: set[str]
         raise _refused(f"the {layout} labels use classes the task does not have: {', '.join(unknown[:SHOWN])}{more}")
     return {path: {"labels": list(item.labels), "boxes": [asdict(box) for box in item.boxes]}
             for path, item in found.items()}
+
+
+def _outside(item: ItemLabels, size: tuple[int, int] | None) -> str | None:
+    if size is None:
+        return None
+    for box in item.boxes:
+        if box.x + box.width > size[0] + 0.5 or box.y + box.height > size[1] + 0.5:
+            return (f"a {box.label} box ({box.x:g}, {box.y:g}, {box.width:g} × {box.height:g}) passes the edge of the "
+                    f"image, which is {size[0]} × {size[1]} pixels")
+    return None
 
 
 def _misfit(kind: str, item: ItemLabels) -> str | None:
