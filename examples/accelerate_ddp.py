@@ -13,6 +13,7 @@ the end, a checksum of its final weights (`weights rank=R sha256=...`); the main
 """
 
 import argparse
+import gc
 import os
 import sys
 from datetime import timedelta
@@ -68,4 +69,11 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    # As in digits_ddp.py: DDP's reducer holds the process group in a reference cycle; left to
+    # interpreter shutdown, gloo's threads can be destroyed unjoined and the process aborts
+    # ("terminate called without an active exception", SIGABRT). Collect it, then close the group.
+    gc.collect()
+    if torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
+    sys.exit(code)
