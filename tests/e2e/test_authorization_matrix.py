@@ -3,8 +3,8 @@ of caller, must give exactly the answer its rule allows. An operation without a 
 fails the test, so a new route cannot ship unclassified.
 
 Callers: anonymous; `outsider`, a member of another project; `viewer`, `member` and
-`maintainer` of project P; the administrator. P holds a job of `member`'s, and datasets
-and volumes `member` made. (A job token's reach is tests/security/test_job_token_reach.py's.)
+`maintainer` of project P; the administrator. P holds a job of `member`'s, and datasets,
+models and volumes `member` made. (A job token's reach is tests/security/test_job_token_reach.py's.)
 """
 
 from __future__ import annotations
@@ -53,6 +53,7 @@ class World:
     catalog: str | None = None
     check: int | None = None
     task: tuple[int, int] | None = None
+    model: str | None = None
 
     def http(self, persona: str) -> httpx.Client:
         headers = {} if persona == "anonymous" else {"Authorization": f"Bearer {self.tokens[persona]}"}
@@ -156,14 +157,15 @@ def _get(path: str) -> Callable[[World, httpx.Client], httpx.Response]:
     return lambda world, http: http.get(path.format(job=world.job, project=world.project))
 
 
-def _push(http: httpx.Client, project: str, name: str, content: bytes) -> httpx.Response:
-    """A version of one file: the file, then its manifest, uploaded by the caller."""
+def _push(http: httpx.Client, project: str, name: str, content: bytes, *,
+          resource: str = "datasets") -> httpx.Response:
+    """A version of one file (of a dataset, or a model): the file, then its manifest, uploaded by the caller."""
     digest = hashlib.sha256(content).hexdigest()
     http.put(f"/blobs/{digest}", content=content)
     manifest = json.dumps({"files": [{"path": "data.txt", "sha256": digest, "size": len(content)}]}).encode()
     manifest_digest = hashlib.sha256(manifest).hexdigest()
     http.put(f"/blobs/{manifest_digest}", content=manifest)
-    return http.post(f"/datasets/{project}/{name}/versions", json={"manifest": manifest_digest})
+    return http.post(f"/{resource}/{project}/{name}/versions", json={"manifest": manifest_digest})
 
 
 def _dataset(world: World) -> str:
@@ -245,6 +247,28 @@ def _fresh_volume(world: World) -> str:
         made = http.post("/volumes", json={"name": name, "project": world.project, "size": "1Mi"})
         assert made.status_code == 201, made.text
     return name
+
+
+def _fresh_model(world: World, *, versions: int) -> str:
+    """A model of P made by `member` (its owner), with `versions` versions."""
+    name = f"fm-{next(_counter)}"
+    with world.http("member") as http:
+        assert http.post("/models", json={"name": name, "project": world.project}).status_code == 201
+        for _ in range(versions):
+            made = _push(http, world.project, name, f"weights {next(_counter)}".encode(), resource="models")
+            assert made.status_code == 201, made.text
+    return name
+
+
+def _model(world: World) -> str:
+    """A model of P with a v1, made once by `member`."""
+    if world.model is None:
+        world.model = _fresh_model(world, versions=1)
+    return world.model
+
+
+def _on_model(method: str, path: str, **kwargs) -> Callable[[World, httpx.Client], httpx.Response]:
+    return lambda world, http: http.request(method, f"/models/{world.project}/{_model(world)}{path}", **kwargs)
 
 
 def _on_dataset(method: str, path: str, **kwargs) -> Callable[[World, httpx.Client], httpx.Response]:
@@ -450,6 +474,38 @@ RULES: dict[str, Rule] = {
         hidden_from=frozenset({"outsider"})),
     "DELETE /api/v1/volumes/{project}/{name}": Rule(
         DATASET_MANAGERS, lambda w, h: h.delete(f"/volumes/{w.project}/{_fresh_volume(w)}"),
+        hidden_from=frozenset({"outsider"})),
+    # Models: the readers of their project see them, members add versions (pushed here; a job's
+    # files are registered through the same operation) and move aliases; their owner and the
+    # project's maintainers remove.
+    "POST /api/v1/models": Rule(PROJECT_WRITERS, lambda w, h: h.post("/models", json={
+        "name": f"nm-{next(_counter)}", "project": w.project})),
+    "GET /api/v1/models": Rule(ANY_USER, _get("/models")),
+    "GET /api/v1/models/{project}/{name}": Rule(PROJECT_READERS, _on_model("GET", ""),
+                                                hidden_from=frozenset({"outsider"})),
+    "DELETE /api/v1/models/{project}/{name}": Rule(
+        DATASET_MANAGERS, lambda w, h: h.delete(f"/models/{w.project}/{_fresh_model(w, versions=0)}"),
+        hidden_from=frozenset({"outsider"})),
+    "POST /api/v1/models/{project}/{name}/versions": Rule(
+        PROJECT_WRITERS,
+        lambda w, h: _push(h, w.project, _model(w), f"m {next(_counter)}".encode(), resource="models"),
+        hidden_from=frozenset({"outsider"})),
+    "GET /api/v1/models/{project}/{name}/versions": Rule(PROJECT_READERS, _on_model("GET", "/versions"),
+                                                         hidden_from=frozenset({"outsider"})),
+    "GET /api/v1/models/{project}/{name}/versions/{version}": Rule(
+        PROJECT_READERS, _on_model("GET", "/versions/v1"), hidden_from=frozenset({"outsider"})),
+    "DELETE /api/v1/models/{project}/{name}/versions/{version}": Rule(
+        DATASET_MANAGERS, lambda w, h: h.delete(f"/models/{w.project}/{_fresh_model(w, versions=1)}/versions/v1"),
+        hidden_from=frozenset({"outsider"})),
+    "GET /api/v1/models/{project}/{name}/versions/{version}/files": Rule(
+        PROJECT_READERS, _on_model("GET", "/versions/v1/files"), hidden_from=frozenset({"outsider"})),
+    "GET /api/v1/models/{project}/{name}/versions/{version}/file": Rule(
+        PROJECT_READERS, _on_model("GET", "/versions/v1/file", params={"path": "data.txt"}),
+        hidden_from=frozenset({"outsider"})),
+    "GET /api/v1/models/{project}/{name}/aliases": Rule(PROJECT_READERS, _on_model("GET", "/aliases"),
+                                                        hidden_from=frozenset({"outsider"})),
+    "PUT /api/v1/models/{project}/{name}/aliases/{alias}": Rule(
+        PROJECT_WRITERS, _on_model("PUT", "/aliases/production", json={"version": "v1"}),
         hidden_from=frozenset({"outsider"})),
     "POST /api/v1/blobs:missing": Rule(ANY_USER, lambda w, h: h.post("/blobs:missing", json={"digests": ["0" * 64]})),
     "PUT /api/v1/blobs/{digest}": Rule(ANY_USER, lambda w, h: h.put(

@@ -1,6 +1,7 @@
 """A running job's token against every operation of the server's OpenAPI document: only reading
-its own job and reporting its metrics answer; every other operation, and the allowed ones
-with another job's id, are refused. An operation not classified below fails the test."""
+its own job, reporting its metrics and registering its own checkpoint files as a model of its
+own project answer; every other operation, and the allowed ones with another job's id (or
+project), are refused. An operation not classified below fails the test."""
 
 from __future__ import annotations
 
@@ -27,6 +28,9 @@ ALLOWED = {
     "GET /api/v1/jobs/{job_id}/resources",
     "GET /api/v1/jobs/{job_id}/tensorboard",
 }
+OWN_JOB_IN_BODY = {"POST /api/v1/models/{project}/{name}/versions"}
+"""Allowed only for the token's own job named in the body, in the job's own project (the job
+saved nothing, so the answer is a 422 about its checkpoint directory, never a 401 or 403)."""
 REFUSED = {
     "POST /api/v1/jobs", "POST /api/v1/jobs:batch", "GET /api/v1/jobs", "POST /api/v1/jobs/{job_id}/cancel",
     "GET /api/v1/nodes", "GET /api/v1/nodes/{name}/samples", "GET /api/v1/resources/jobs",
@@ -67,6 +71,13 @@ REFUSED = {
     "GET /api/v1/labeling/tasks/{task_id}/label-studio",
     "POST /api/v1/volumes", "GET /api/v1/volumes", "GET /api/v1/volumes/{project}/{name}",
     "DELETE /api/v1/volumes/{project}/{name}",
+    "POST /api/v1/models", "GET /api/v1/models", "GET /api/v1/models/{project}/{name}",
+    "DELETE /api/v1/models/{project}/{name}", "GET /api/v1/models/{project}/{name}/versions",
+    "GET /api/v1/models/{project}/{name}/versions/{version}",
+    "DELETE /api/v1/models/{project}/{name}/versions/{version}",
+    "GET /api/v1/models/{project}/{name}/versions/{version}/files",
+    "GET /api/v1/models/{project}/{name}/versions/{version}/file",
+    "GET /api/v1/models/{project}/{name}/aliases", "PUT /api/v1/models/{project}/{name}/aliases/{alias}",
 }
 PROJECT = "reach"
 
@@ -136,8 +147,9 @@ def _call(world: World, http: httpx.Client, method: str, path: str, job: int) ->
 
 def test_every_operation_is_classified(world: World) -> None:
     operations = {f"{method.upper()} {path}" for path, methods in world.operations.items() for method in methods}
-    assert operations - (PUBLIC | ALLOWED | REFUSED) == set(), "decide what a job token may do with these"
-    assert (PUBLIC | ALLOWED | REFUSED) - operations == set(), "these operations no longer exist"
+    classified = PUBLIC | ALLOWED | OWN_JOB_IN_BODY | REFUSED
+    assert operations - classified == set(), "decide what a job token may do with these"
+    assert classified - operations == set(), "these operations no longer exist"
 
 
 def test_a_job_token_reaches_its_own_job_and_nothing_else(world: World) -> None:
@@ -155,3 +167,14 @@ def test_a_job_token_reaches_its_own_job_and_nothing_else(world: World) -> None:
                 if other.status_code not in (401, 403, 404):
                     wrong.append(f"{operation} (job {world.other_job}): {other.status_code} {other.text[:120]}")
     assert wrong == []
+
+
+def test_a_job_token_registers_only_its_own_job_in_its_own_project(world: World) -> None:
+    with httpx.Client(base_url=f"{world.server.url}/api/v1", timeout=30,
+                      headers={"Authorization": f"Bearer {world.token}"}) as http:
+        own = http.post(f"/models/{PROJECT}/reached/versions", json={"job": world.job})
+        assert own.status_code == 422 and own.json()["details"][0]["field"] in ("job", "path"), own.text
+        for project, job, body in ((PROJECT, world.other_job, {}), ("elsewhere", world.job, {}),
+                                   (PROJECT, world.job, {"manifest": "0" * 64})):
+            refused = http.post(f"/models/{project}/reached/versions", json={"job": job, **body})
+            assert refused.status_code == 403, refused.text

@@ -89,16 +89,17 @@ class StoredVolume(BaseModel):
 
 
 class ProjectStorage(BaseModel):
-    """What a project keeps against its storage limit: code snapshots (newest use first) and
-    datasets, each blob counted once however many of them hold it."""
+    """What a project keeps against its storage limit: code snapshots (newest use first),
+    datasets and models, each blob counted once however many of them hold it."""
 
     project: str
     used_bytes: int = Field(description="every blob the project keeps, once: at most snapshots_bytes + datasets_bytes "
-                                        "+ volumes_bytes, less where they share bytes")
+                                        "+ models_bytes + volumes_bytes, less where they share bytes")
     limit_bytes: int | None
     snapshots_bytes: int = Field(default=0, description="the code snapshots it keeps")
     datasets_bytes: int = Field(default=0, description="the distinct blobs of its datasets' versions")
     volumes_bytes: int = Field(default=0, description="its volumes' quotas")
+    models_bytes: int = Field(default=0, description="the distinct blobs of its models' versions")
     snapshots: list[StoredSnapshot]
     datasets: list[StoredDataset] = Field(default_factory=list)
     volumes: list[StoredVolume] = Field(default_factory=list)

@@ -63,6 +63,8 @@ COMMANDS: dict[str, Entry] = {
     "datasets": Entry("mlyard.cli.datasets", "datasets_app", "Datasets: versioned files of a project that jobs "
                       "read and write; push a directory or archive, pull a version, compare versions, move "
                       "aliases, share, remove."),
+    "models": Entry("mlyard.cli.models", "models_app", "Models: versioned weights of a project with their metrics "
+                    "and lineage; push a directory, register a job's checkpoint files, pull, move aliases, compare."),
     "label": Entry("mlyard.cli.labeling", "label_app", "Labeling tasks on dataset versions: who labels what, with "
                    "which classes, and how far they are."),
     "volumes": Entry("mlyard.cli.volumes", "volumes_app", "Volumes: a project's persistent read-write directories "

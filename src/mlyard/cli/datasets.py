@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -27,7 +27,7 @@ from mlyard.spec import format_bytes, parse_memory
 
 if TYPE_CHECKING:
     from mlyard.api.datasets import VersionCreated, VersionInfo
-    from mlyard.client.datasets import PushPlan
+    from mlyard.client.versioned_files import PushPlan, VersionedFiles
 
 datasets_app = typer.Typer(help="Datasets: versioned files of a project that jobs read and write; push a directory or "
                                 "archive, pull a version, compare versions, move aliases, share, remove.")
@@ -180,24 +180,42 @@ def _unpacked(archive: Path, max_bytes: int) -> Iterator[Path]:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def _upload(client: Client, project: str, name: str, folder: Path, *, parent: str | None, message: str,
-            cached: bool, follows: VersionInfo | None) -> tuple[PushPlan, VersionCreated]:
+def _advance(bar: Progress, task: int):
+    """What a push or pull tells of its (files, bytes) done, drawn on `task`."""
+    return lambda files, size: bar.update(task, advance=size, files=bar.tasks[task].fields["files"] + files)
+
+
+def upload_with_progress(api: VersionedFiles, folder: Path, *, cached: bool, follows: object | None,
+                         push: Callable[[PushPlan, Callable[[int, int], None]], object]) -> tuple[PushPlan, object]:
+    """Hashes `folder` (with the hash cache when `cached`) and hands the plan to `push`, with
+    Rich progress of both; `follows`: the version the push would follow (`api.plan_push`)."""
     # An unpacked archive sits under a name never seen again: its hashes would only fill the cache.
     cache = _hash_cache() if cached else None
     try:
         with _progress() as bar:
             task = bar.add_task("hashing", total=None, files=0)
-            plan = client.datasets.plan_push(folder, cache, lambda files, size: bar.update(
-                task, advance=size, files=bar.tasks[task].fields["files"] + files), parent=follows)
+            plan = api.plan_push(folder, cache, _advance(bar, task), parent=follows)
             bar.update(task, visible=False)
             sending = bar.add_task("uploading", total=sum(file.size for file in plan.missing), files=0)
-            created = client.datasets.push(project, name, plan, parent=parent, message=message,
-                                           uploaded=lambda files, size: bar.update(
-                                               sending, advance=size, files=bar.tasks[sending].fields["files"] + files))
+            created = push(plan, _advance(bar, sending))
     finally:
         if cache is not None:
             cache.close()
     return plan, created
+
+
+def pull_with_progress(api: VersionedFiles, project: str, name: str, found, directory: Path) -> tuple[int, int]:
+    """Pulls version `found` (as `api.version` answered) into `directory` with Rich progress."""
+    with _progress() as bar:
+        task = bar.add_task("downloading", total=found.total_bytes, files=0)
+        return api.pull(project, name, found.version, directory, _advance(bar, task))
+
+
+def _upload(client: Client, project: str, name: str, folder: Path, *, parent: str | None, message: str,
+            cached: bool, follows: VersionInfo | None) -> tuple[PushPlan, VersionCreated]:
+    return upload_with_progress(client.datasets, folder, cached=cached, follows=follows, push=lambda plan, uploaded:
+                                client.datasets.push(project, name, plan, parent=parent, message=message,
+                                                     uploaded=uploaded))
 
 
 def _followed(client: Client, project: str, name: str, parent: str | None) -> tuple[bool, VersionInfo | None]:
@@ -277,10 +295,7 @@ def pull(dataset: VersionedArgument, directory: Annotated[Path, typer.Argument(h
     project, name, version = _named(dataset, project)
     with Client() as client:
         found = client.datasets.version(project, name, version)
-        with _progress() as bar:
-            task = bar.add_task("downloading", total=found.total_bytes, files=0)
-            written, kept = client.datasets.pull(project, name, found.version, directory, lambda files, size: bar.update(
-                task, advance=size, files=bar.tasks[task].fields["files"] + files))
+        written, kept = pull_with_progress(client.datasets, project, name, found, directory)
     console.print(f"{project}/{name}:{found.version} in {directory}: {written:,} files written, {kept:,} already there")
 
 
@@ -313,19 +328,26 @@ def alias(dataset: DatasetArgument, name: Annotated[str | None, typer.Argument(h
     """Point an alias (clean, production, …) at a version; without one, list the aliases and
     their moves."""
     project, dataset_name, _ = _named(dataset, project)
+    move_or_list_aliases(lambda client: client.datasets, project, dataset_name, name, version, output,
+                         lambda moves: "moves: " + " ← ".join(move.after or "-" for move in reversed(moves)))
+
+
+def move_or_list_aliases(api: Callable[[Client], VersionedFiles], project: str, owner: str, name: str | None,
+                         version: str | None, output: OutputFormat, history: Callable[[list], str]) -> None:
+    """`alias` of datasets and models: moves `name` to `version`, or lists every alias; `history`
+    says an alias's moves."""
     if (name is None) != (version is None):
         raise UsageError("give an alias and a version, or neither to list them")
     with Client() as client:
         if name is not None:
-            found = [client.datasets.set_alias(project, dataset_name, name, version)]
+            found = [api(client).set_alias(project, owner, name, version)]
         else:
-            found = client.datasets.aliases(project, dataset_name)
+            found = api(client).aliases(project, owner)
     if output is OutputFormat.json:
         print_json(found)
         return
     for item in found:
-        moves = " ← ".join(move.after or "-" for move in reversed(item.moves))
-        console.print(f"{item.alias} → {item.version}  (moves: {moves})")
+        console.print(f"{item.alias} → {item.version}  ({escape(history(item.moves))})")
 
 
 @datasets_app.command("rm")

@@ -27,6 +27,7 @@ if TYPE_CHECKING:  # each call imports the models it reads: every command (and t
     from mlyard.api.health import Health
     from mlyard.client.datasets import Datasets
     from mlyard.client.labeling import Labeling
+    from mlyard.client.models import Models
     from mlyard.client.volumes import Volumes
     from mlyard.api.resources import JobResources, NodeSamples, RunningJobUsage
     from mlyard.api.metrics import MetricsPage
@@ -123,6 +124,12 @@ class Client:
         """The dataset calls (`client/datasets.py`)."""
         from mlyard.client.datasets import Datasets
         return Datasets(self)
+
+    @property
+    def models(self) -> Models:
+        """The model registry calls (`client/models.py`)."""
+        from mlyard.client.models import Models
+        return Models(self)
 
     @property
     def labeling(self) -> Labeling:

@@ -41,6 +41,7 @@ from mlyard.server.routers import (
     jobs,
     labeling,
     metrics,
+    models,
     resources,
     nodes,
     projects,
@@ -168,7 +169,8 @@ def create_app(settings: ServerSettings, *, backend: Backend | None = None, sett
 
     for router in (jobs.router, metrics.router, resources.router, nodes.router, queues.router, snapshots.router,
                    usage.router, accounts.router, audit.router, projects.router, environments.router,
-                   datasets.router, dataset_checks.router, blobs.router, volumes.router, labeling.router):
+                   datasets.router, dataset_checks.router, blobs.router, volumes.router, labeling.router,
+                   models.router):
         app.include_router(router, prefix=API_PREFIX)
     web.install(app)
     stopping = Stopping()

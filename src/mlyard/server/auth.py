@@ -282,16 +282,26 @@ JOB_TOKEN_ROUTES: frozenset[tuple[str, str]] = frozenset({
     ("GET", "/jobs/{job_id}/tensorboard"),
 })
 """The only routes (below /api/v1) a job's token may call, each with its own job's id: read the
-job (its logs, metrics, resources, TensorBoard) and report its metrics (`mlyard.sdk`). Later:
-their project's datasets and models. A route not listed here is refused to job tokens."""
+job (its logs, metrics, resources, TensorBoard) and report its metrics (`mlyard.sdk`). A route not
+listed here or in `JOB_TOKEN_BODY_ROUTES` is refused to job tokens."""
+JOB_TOKEN_BODY_ROUTES: frozenset[tuple[str, str]] = frozenset({
+    ("POST", "/models/{project}/{name}/versions"),
+})
+"""Routes a job's token may call for its own job named in the body rather than the path: register
+the job's checkpoint files as a model version of its own project (`mlyard.sdk.models.register`).
+The service checks the job and the project (`services/models/from_jobs.py`) and refuses any other
+use (a manifest push)."""
 
 
 def admit_route(principal: Principal, method: str, route: str | None, job_id: object) -> None:
-    """Refuses a job token any route outside `JOB_TOKEN_ROUTES` or naming another job; every
-    API route's caller passes through here (`routers/dependencies.py`) before its service runs."""
+    """Refuses a job token any route outside `JOB_TOKEN_ROUTES` (or naming another job) and
+    `JOB_TOKEN_BODY_ROUTES`; every API route's caller passes through here
+    (`routers/dependencies.py`) before its service runs."""
     if principal.job_id is None:
         return
     if (method.upper(), route) in JOB_TOKEN_ROUTES and str(job_id) == str(principal.job_id):
+        return
+    if (method.upper(), route) in JOB_TOKEN_BODY_ROUTES:
         return
     raise Forbidden(f"a job token may only read job {principal.job_id} and report its metrics")
 

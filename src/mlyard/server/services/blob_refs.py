@@ -1,8 +1,8 @@
 """Which blobs of the store something still keeps, and removing the others safely.
 
-One content-addressed store holds code snapshots and dataset files: the same bytes can be
-both (a snapshot archive pushed as a dataset file), so a blob goes only when no snapshot row
-and no version's file names it.
+One content-addressed store holds code snapshots, dataset files and model files: the same bytes
+can be several (a snapshot archive pushed as a dataset file, weights in two models), so a blob
+goes only when no snapshot row and no dataset or model version's file names it.
 
 Removing races with adding: a version being made may name a blob that a removal has just
 found unkept. Both sides take one lock: whoever adds a version takes it shared and checks,
@@ -26,6 +26,7 @@ from sqlalchemy.orm import Session
 
 from mlyard.errors import Conflict
 from mlyard.server.store.dataset_rows import DatasetFileRow
+from mlyard.server.store.model_rows import ModelFileRow
 from mlyard.server.store.rows import SnapshotRow
 from mlyard.storage import BlobStore
 
@@ -50,15 +51,15 @@ def keep(session: Session, store: BlobStore, digests: Collection[str]) -> None:
 
 
 def unkept(session: Session, digests: Collection[str]) -> set[str]:
-    """Those of `digests` that no snapshot and no version's file names (after the caller's
+    """Those of `digests` that no snapshot and no dataset or model version's file names (after the caller's
     deletions in this transaction)."""
     candidates = sorted(set(digests))
     kept: set[str] = set()
     for start in range(0, len(candidates), _CHUNK):
         chunk = candidates[start:start + _CHUNK]
         kept.update(session.scalars(select(SnapshotRow.digest).where(SnapshotRow.digest.in_(chunk))))
-        kept.update(session.scalars(select(DatasetFileRow.digest).where(DatasetFileRow.digest.in_(chunk))
-                                    .distinct()))
+        for files in (DatasetFileRow, ModelFileRow):
+            kept.update(session.scalars(select(files.digest).where(files.digest.in_(chunk)).distinct()))
     return set(candidates) - kept
 
 

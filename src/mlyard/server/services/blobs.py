@@ -1,9 +1,9 @@
-"""File blobs of dataset versions: what a client must upload before a manifest may name a
+"""File blobs of dataset and model versions: what a client must upload before a manifest may name a
 digest, and the record of who uploaded what.
 
 A digest is not a key: knowing one must not give anyone the bytes of a dataset they may not
 read. A caller may name a digest in a manifest only if they uploaded it themselves, or a
-version they may read holds it. For anything else they are told to upload it, which costs
+dataset or model version they may read holds it. For anything else they are told to upload it, which costs
 them the bytes and proves they have them (the store keeps one copy whatever the uploads).
 """
 
@@ -19,14 +19,17 @@ from sqlalchemy.orm import Session
 from mlyard.server import auth
 from mlyard.server.store.dataset_rows import BlobUploaderRow, DatasetFileRow, DatasetRow, DatasetVersionRow
 from mlyard.server.store.db import Database, insert_if_absent
+from mlyard.server.store.model_rows import ModelFileRow, ModelRow, ModelVersionRow
 from mlyard.storage import BlobStore
 
 _CHUNK = 500
+_HOLDERS = ((DatasetFileRow, DatasetVersionRow, DatasetRow, DatasetVersionRow.dataset_id),
+            (ModelFileRow, ModelVersionRow, ModelRow, ModelVersionRow.model_id))
 
 
 def nameable(session: Session, principal: auth.Principal, digests: Iterable[str]) -> set[str]:
     """Those of `digests` the caller may name: uploaded by them, or held by a version of a
-    dataset whose files they may read."""
+    dataset or model of a project they may read."""
     wanted = sorted(set(digests))
     allowed: set[str] = set()
     if principal.job_id is not None:
@@ -37,13 +40,14 @@ def nameable(session: Session, principal: auth.Principal, digests: Iterable[str]
         if principal.user_id is not None:
             allowed.update(session.scalars(select(BlobUploaderRow.digest).where(
                 BlobUploaderRow.user_id == principal.user_id, BlobUploaderRow.digest.in_(chunk))))
-        held = (select(DatasetFileRow.digest).distinct()
-                .join(DatasetVersionRow, DatasetVersionRow.id == DatasetFileRow.version_id)
-                .join(DatasetRow, DatasetRow.id == DatasetVersionRow.dataset_id)
-                .where(DatasetFileRow.digest.in_([digest for digest in chunk if digest not in allowed])))
-        if visible is not None:
-            held = held.where(DatasetRow.project.in_(sorted(visible)))
-        allowed.update(session.scalars(held))
+        for files, versions, owners, owner in _HOLDERS:
+            held = (select(files.digest).distinct()
+                    .join(versions, versions.id == files.version_id)
+                    .join(owners, owners.id == owner)
+                    .where(files.digest.in_([digest for digest in chunk if digest not in allowed])))
+            if visible is not None:
+                held = held.where(owners.project.in_(sorted(visible)))
+            allowed.update(session.scalars(held))
     return allowed
 
 

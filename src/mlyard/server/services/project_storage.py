@@ -1,10 +1,10 @@
 """What a project keeps, against its storage limit.
 
-One content-addressed store holds code snapshots and dataset files, and a blob is counted once
-for every project that keeps it: the project keeps a snapshot (`project_snapshots`: uploading
-with `?project=` or submitting a job charges the project the first time) or one of its
-datasets' versions has a file with those bytes. A blob both a snapshot and a dataset file of
-the project counts once. A volume counts its whole quota from its creation, as a Kubernetes
+One content-addressed store holds code snapshots, dataset files and model files, and a blob is
+counted once for every project that keeps it: the project keeps a snapshot (`project_snapshots`:
+uploading with `?project=` or submitting a job charges the project the first time) or one of its
+datasets' or models' versions has a file with those bytes. A blob both a snapshot and a dataset
+or model file of the project counts once. A volume counts its whole quota from its creation, as a Kubernetes
 ResourceQuota counts a claim's request, whatever it holds. Usage is one SQL aggregate over the union of the two (distinct
 digests, each size once), never rows loaded into Python. A charge or a version that would take
 the project past `max_storage_bytes` is refused before anything is kept. A maintainer releases
@@ -25,6 +25,7 @@ from mlyard.server import auth
 from mlyard.server.services import blob_refs
 from mlyard.server.auth import Role
 from mlyard.server.store.dataset_rows import DatasetFileRow, DatasetRow, DatasetVersionRow
+from mlyard.server.store.model_rows import ModelFileRow, ModelRow, ModelVersionRow
 from mlyard.server.store.db import Database, insert_if_absent
 from mlyard.server.store.rows import JobRow, ProjectRow, ProjectSnapshotRow, SnapshotRow
 from mlyard.server.store.volume_rows import VolumeRow
@@ -50,6 +51,15 @@ def _dataset_files(project: str, *, but_version: int | None = None) -> Select:
     return query if but_version is None else query.where(DatasetFileRow.version_id != but_version)
 
 
+def _model_files(project: str, *, but_version: int | None = None) -> Select:
+    """(digest, size) of every file of the project's models' versions, as `_dataset_files`."""
+    query = (select(ModelFileRow.digest, ModelFileRow.size)
+             .join(ModelVersionRow, ModelVersionRow.id == ModelFileRow.version_id)
+             .join(ModelRow, ModelRow.id == ModelVersionRow.model_id)
+             .where(ModelRow.project == project))
+    return query if but_version is None else query.where(ModelFileRow.version_id != but_version)
+
+
 def _sum_once(files) -> Select:
     """The query for the bytes of the distinct digests of `files` ((digest, size) rows), each once."""
     listed = files.subquery()
@@ -65,18 +75,22 @@ def _volume_quotas(session: Session, project: str) -> int:
     return _scalar(session, select(func.coalesce(func.sum(VolumeRow.size_bytes), 0)).where(VolumeRow.project == project))
 
 
-def used_bytes(session: Session, project: str, *, but_version: int | None = None) -> int:
-    """What the project keeps (without the files of version `but_version`): each blob once, and
-    its volumes' quotas."""
+def used_bytes(session: Session, project: str, *, but_version: int | None = None,
+               but_model_version: int | None = None) -> int:
+    """What the project keeps (without the files of dataset version `but_version` or model version
+    `but_model_version`): each blob once, and its volumes' quotas."""
     snapshots = select(ProjectSnapshotRow.digest, ProjectSnapshotRow.size).where(ProjectSnapshotRow.project == project)
-    blobs = _scalar(session, _sum_once(union_all(snapshots, _dataset_files(project, but_version=but_version))))
+    blobs = _scalar(session, _sum_once(union_all(snapshots, _dataset_files(project, but_version=but_version),
+                                                 _model_files(project, but_version=but_model_version))))
     return blobs + _volume_quotas(session, project)
 
 
-def _new_bytes(session: Session, project: str, files: Select, *, but_version: int | None = None) -> int:
-    """Bytes of the distinct blobs of `files` ((digest, size) of dataset files) that the project
-    keeps no other way: neither as a snapshot nor in a version other than `but_version`. One
-    index lookup by digest per new blob."""
+def _new_bytes(session: Session, project: str, files: Select, *, but_version: int | None = None,
+               but_model_version: int | None = None) -> int:
+    """Bytes of the distinct blobs of `files` ((digest, size) of dataset or model files) that the
+    project keeps no other way: neither as a snapshot nor in a dataset version other than
+    `but_version` nor a model version other than `but_model_version`. One index lookup by digest
+    per new blob."""
     listed = files.subquery()
     blobs = select(listed.c.digest, func.max(listed.c.size).label("size")).group_by(listed.c.digest).subquery()
     other = aliased(DatasetFileRow)
@@ -88,8 +102,15 @@ def _new_bytes(session: Session, project: str, files: Select, *, but_version: in
         in_datasets = in_datasets.where(other.version_id != but_version)
     in_snapshots = select(literal(1)).where(ProjectSnapshotRow.project == project,
                                             ProjectSnapshotRow.digest == blobs.c.digest)
+    model_file = aliased(ModelFileRow)
+    in_models = (select(literal(1)).select_from(model_file)
+                 .join(ModelVersionRow, ModelVersionRow.id == model_file.version_id)
+                 .join(ModelRow, ModelRow.id == ModelVersionRow.model_id)
+                 .where(model_file.digest == blobs.c.digest, ModelRow.project == project))
+    if but_model_version is not None:
+        in_models = in_models.where(model_file.version_id != but_model_version)
     return _scalar(session, select(func.coalesce(func.sum(blobs.c.size), 0))
-                   .where(~in_datasets.exists(), ~in_snapshots.exists()))
+                   .where(~in_datasets.exists(), ~in_snapshots.exists(), ~in_models.exists()))
 
 
 def _limit(session: Session, project: str) -> int | None:
@@ -102,7 +123,9 @@ def _limit(session: Session, project: str) -> int | None:
 
 
 def _kept_by_datasets(session: Session, project: str, digest: str) -> bool:
-    return session.scalar(_dataset_files(project).where(DatasetFileRow.digest == digest).limit(1)) is not None
+    """Whether a dataset or model version of the project has a file with these bytes."""
+    return (session.scalar(_dataset_files(project).where(DatasetFileRow.digest == digest).limit(1)) is not None
+            or session.scalar(_model_files(project).where(ModelFileRow.digest == digest).limit(1)) is not None)
 
 
 def check_room(session: Session, project: str, digest: str, size: int, *, field: str) -> bool:
@@ -164,6 +187,23 @@ def check_version(session: Session, project: str, version_id: int, total_bytes: 
             "what it keeps)")
 
 
+def check_model_version(session: Session, project: str, version_id: int, total_bytes: int) -> None:
+    """`check_version` for a model version just inserted."""
+    limit = _limit(session, project)
+    if limit is None:
+        return
+    used = used_bytes(session, project, but_model_version=version_id)
+    if used + total_bytes <= limit:
+        return
+    files = select(ModelFileRow.digest, ModelFileRow.size).where(ModelFileRow.version_id == version_id)
+    added = _new_bytes(session, project, files, but_model_version=version_id)
+    if used + added > limit:
+        raise QuotaExceeded(
+            f"project {project!r} keeps {format_bytes(used)} of its {format_bytes(limit)} storage limit; this "
+            f"model version adds {format_bytes(added)} it does not keep yet (`mlyard projects storage {project}` "
+            "shows what it keeps)")
+
+
 def check_move(session: Session, dataset: DatasetRow, project: str, *, field: str) -> None:
     """Raises QuotaExceeded if taking `dataset` (all its versions) on would take `project` past
     its limit."""
@@ -219,6 +259,7 @@ def _storage(session: Session, row: ProjectRow) -> ProjectStorage:
         project=row.name, used_bytes=used_bytes(session, row.name), limit_bytes=row.max_storage_bytes,
         snapshots_bytes=sum(snapshot.size for snapshot in kept),
         datasets_bytes=_scalar(session, _sum_once(_dataset_files(row.name))),
+        models_bytes=_scalar(session, _sum_once(_model_files(row.name))),
         snapshots=[StoredSnapshot(digest=snapshot.digest, size=snapshot.size, jobs=jobs.get(snapshot.digest, 0),
                                   unfinished_jobs=unfinished.get(snapshot.digest, 0),
                                   first_used_at=snapshot.first_used_at, last_used_at=snapshot.last_used_at)

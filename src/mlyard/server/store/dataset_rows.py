@@ -59,18 +59,36 @@ class DatasetVersionRow(Base):
     creator: Mapped[UserRow | None] = relationship(lazy="joined")
 
 
-class DatasetFileRow(Base):
-    """One file of a version: its path in the version, its blob, size and media type."""
+class VersionFileColumns:
+    """What a file row of a version (a dataset's, a model's) holds besides its `version_id`, which
+    comes first in the primary key: its path in the version, its blob, size and media type."""
+
+    path: Mapped[str] = mapped_column(String(1024), primary_key=True, sort_order=1)
+    digest: Mapped[str] = mapped_column(String(64), sort_order=2)
+    size: Mapped[int] = mapped_column(BigInteger, sort_order=3)
+    media_type: Mapped[str | None] = mapped_column(String(128), nullable=True, sort_order=4)
+
+
+class AliasMoveColumns:
+    """What a row of an alias's move holds besides the owner's column: from which version to
+    which (None: set the first time), by whom and when."""
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, sort_order=-1)
+    alias: Mapped[str] = mapped_column(String(64), sort_order=1)
+    from_version: Mapped[int | None] = mapped_column(Integer, nullable=True, sort_order=2)
+    to_version: Mapped[int | None] = mapped_column(Integer, nullable=True, sort_order=3)
+    moved_by: Mapped[str] = mapped_column(String(160), sort_order=4)
+    at: Mapped[float] = mapped_column(Float, sort_order=5)
+
+
+class DatasetFileRow(VersionFileColumns, Base):
+    """One file of a dataset version."""
 
     __tablename__ = "dataset_files"
     __table_args__ = (Index("ix_dataset_files_digest", "digest"),)
 
     version_id: Mapped[int] = mapped_column(ForeignKey("dataset_versions.id", ondelete="CASCADE"),
                                             primary_key=True)
-    path: Mapped[str] = mapped_column(String(1024), primary_key=True)
-    digest: Mapped[str] = mapped_column(String(64))
-    size: Mapped[int] = mapped_column(BigInteger)
-    media_type: Mapped[str | None] = mapped_column(String(128), nullable=True)
 
 
 class DatasetAliasRow(Base):
@@ -84,19 +102,13 @@ class DatasetAliasRow(Base):
     moved_at: Mapped[float] = mapped_column(Float)
 
 
-class DatasetAliasMoveRow(Base):
-    """Every move of an alias: from which version to which (None: set the first time, or removed)."""
+class DatasetAliasMoveRow(AliasMoveColumns, Base):
+    """Every move of a dataset's alias."""
 
     __tablename__ = "dataset_alias_moves"
     __table_args__ = (Index("ix_dataset_alias_moves_dataset", "dataset_id", "alias"),)
 
-    id: Mapped[int] = mapped_column(Integer, primary_key=True)
     dataset_id: Mapped[int] = mapped_column(ForeignKey("datasets.id", ondelete="CASCADE"))
-    alias: Mapped[str] = mapped_column(String(64))
-    from_version: Mapped[int | None] = mapped_column(Integer, nullable=True)
-    to_version: Mapped[int | None] = mapped_column(Integer, nullable=True)
-    moved_by: Mapped[str] = mapped_column(String(160))
-    at: Mapped[float] = mapped_column(Float)
 
 
 class BlobUploaderRow(Base):

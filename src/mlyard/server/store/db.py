@@ -27,7 +27,7 @@ from mlyard.server.store import revisions
 from mlyard.server.store.specs import SpecCache
 
 MIGRATIONS = Path(__file__).with_name("migrations")
-SCHEMA_REVISION = "0025"
+SCHEMA_REVISION = "0026"
 """The newest migration (a test keeps it equal to Alembic's head): a database already there is
 opened without importing Alembic, which is a good part of a server's start time, and a
 restarted server adopts its running jobs sooner."""

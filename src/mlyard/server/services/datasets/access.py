@@ -39,8 +39,9 @@ def may_read(principal: auth.Principal, row: DatasetRow, *, grant: bool = False)
     return principal.job_id is None and (grant or auth.may_read_project(principal, row.project))
 
 
-def may_manage(principal: auth.Principal, row: DatasetRow) -> bool:
-    """Its owner and its project's maintainers (administrators among them) share it."""
+def may_manage(principal: auth.Principal, row) -> bool:
+    """Its owner and its project's maintainers (administrators among them) share it, and remove
+    from it; `row`: a dataset's or a model's (its `project` and `owner_id`)."""
     if principal.job_id is not None:
         return False
     held = principal.role_in(row.project)

@@ -73,8 +73,7 @@ def list_datasets(database: Database, principal: auth.Principal, *, project: str
         if project is not None:
             query = query.where(DatasetRow.project == project)
         if search:
-            # The words of a search are literal: LIKE's wildcards in them match themselves.
-            pattern = "%" + search.lower().replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+            pattern = literal_pattern(search)
             query = query.where(or_(func.lower(DatasetRow.name).like(pattern, escape="\\"),
                                     func.lower(DatasetRow.description).like(pattern, escape="\\")))
         rows = list(session.scalars(query))
@@ -84,6 +83,12 @@ def list_datasets(database: Database, principal: auth.Principal, *, project: str
             rows = [row for row in rows if row.owner is not None and row.owner.name == owner]
         grants = access.granted(session, principal, [row.id for row in rows])
         return [info(session, principal, row, grant=row.id in grants) for row in rows]
+
+
+def literal_pattern(search: str) -> str:
+    """A LIKE pattern (escaped with a backslash) matching what holds `search`, lower-cased: the
+    words of a search are literal, LIKE's wildcards in them match themselves."""
+    return "%" + search.lower().replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
 
 
 def get_dataset(database: Database, principal: auth.Principal, project: str, name: str) -> DatasetInfo:

@@ -15,12 +15,16 @@ from pathlib import Path
 
 from mlyard.api.datasets import DIGEST_PATTERN, MAX_FILES, MAX_PATH_LENGTH, version_fingerprint
 from mlyard.errors import InvalidRequest
+from sqlalchemy import insert
+from sqlalchemy.orm import Session
+
 from mlyard.server.services.datasets import labels
 
 _DIGEST = re.compile(DIGEST_PATTERN)
 MAX_IMAGES_READ = 20_000
 """Images whose headers the statistics read; past that, the figures say they are a sample."""
 TOP_SIZES = 20
+_INSERT_CHUNK = 1_000
 
 
 @dataclass(frozen=True)
@@ -89,6 +93,15 @@ def parse(content: bytes) -> list[Entry]:
         raise InvalidRequest(f"the manifest lists {clash[0]!r} as a file and as a folder of others",
                              field="manifest")
     return [entries[path] for path in sorted(entries)]
+
+
+def insert_files(session: Session, row: type, version_id: int, entries: list[Entry]) -> None:
+    """One `row` (a version's file: version_id, path, digest, size, media_type) per entry, a
+    thousand to a statement."""
+    values = [{"version_id": version_id, "path": entry.path, "digest": entry.digest, "size": entry.size,
+               "media_type": entry.media_type} for entry in entries]
+    for start in range(0, len(values), _INSERT_CHUNK):
+        session.execute(insert(row.__table__), values[start:start + _INSERT_CHUNK])
 
 
 def fingerprint(entries: list[tuple[str, str]]) -> str:

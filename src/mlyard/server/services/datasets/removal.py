@@ -39,9 +39,7 @@ _ENDED = [status.value for status in TERMINAL_STATUSES]
 
 def _removable(session: Session, principal: auth.Principal, project: str, name: str) -> DatasetRow:
     dataset = access.writable(session, principal, project, name)
-    held = principal.role_in(project)
-    owner = principal.user_id is not None and dataset.owner_id == principal.user_id
-    if not owner and (held is None or held < auth.Role.MAINTAINER):
+    if not access.may_manage(principal, dataset):
         raise Forbidden(f"{principal.name} may not remove from dataset {project}/{name}: its owner and the "
                         f"maintainers of project {project!r} may", field="name")
     return dataset

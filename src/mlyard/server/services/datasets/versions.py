@@ -8,7 +8,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from sqlalchemy import func, insert, select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from mlyard.api.datasets import (
@@ -38,7 +38,6 @@ from mlyard.server.store.db import Database
 from mlyard.server.store.rows import JobRow
 from mlyard.storage import BlobStore
 
-_INSERT_CHUNK = 1_000
 MAX_READERS_SHOWN = 100
 
 
@@ -53,7 +52,8 @@ def info(session: Session, dataset: DatasetRow, row: DatasetVersionRow) -> Versi
                        source_job=row.source_job_id, fingerprint=row.fingerprint, aliases=list(names))
 
 
-def _read_manifest(store: BlobStore, digest: str) -> bytes:
+def read_manifest(store: BlobStore, digest: str) -> bytes:
+    """The manifest blob's bytes (models read theirs here too)."""
     path = store.path_for(digest)
     try:
         if path.stat().st_size > MAX_MANIFEST_BYTES:
@@ -64,8 +64,8 @@ def _read_manifest(store: BlobStore, digest: str) -> bytes:
                              field="manifest") from error
 
 
-def _check_files(session: Session, store: BlobStore, principal: auth.Principal,
-                 entries: list[manifests.Entry]) -> None:
+def check_files(session: Session, store: BlobStore, principal: auth.Principal,
+                entries: list[manifests.Entry]) -> None:
     """Every file's blob is in the store, nameable by the caller, and of the size listed."""
     allowed = blobs.nameable(session, principal, [entry.digest for entry in entries])
     sizes = {digest: store.size_of(digest) for digest in {entry.digest for entry in entries} & allowed}
@@ -94,12 +94,12 @@ def create_version(database: Database, store: BlobStore, principal: auth.Princip
             raise InvalidRequest("the manifest is not uploaded; upload it first (PUT /api/v1/blobs/{digest})",
                                  field="manifest")
         parent = _parent(session, dataset, request.parent)
-        entries = manifests.parse(_read_manifest(store, request.manifest))
+        entries = manifests.parse(read_manifest(store, request.manifest))
         fingerprint = manifests.fingerprint([(entry.path, entry.digest) for entry in entries])
         # The parent's files are in the store and the caller reads them: nothing to check.
         if parent is not None and parent.fingerprint == fingerprint:
             return VersionCreated(version=info(session, dataset, parent), created=False)
-        _check_files(session, store, principal, entries)
+        check_files(session, store, principal, entries)
     figures = manifests.statistics(entries, store.path_for)  # reads files: outside any transaction
     with database.transaction() as session:
         dataset = access.writable(session, principal, project, name)
@@ -130,10 +130,7 @@ def add_version(session: Session, store: BlobStore, dataset: DatasetRow, *, numb
                             statistics=figures, source_job_id=source_job)
     session.add(row)
     session.flush()
-    values = [{"version_id": row.id, "path": entry.path, "digest": entry.digest, "size": entry.size,
-               "media_type": entry.media_type} for entry in entries]
-    for start in range(0, len(values), _INSERT_CHUNK):
-        session.execute(insert(DatasetFileRow.__table__), values[start:start + _INSERT_CHUNK])
+    manifests.insert_files(session, DatasetFileRow, row.id, entries)
     # Past the project's storage limit: refused, and the rollback leaves nothing.
     project_storage.check_version(session, dataset.project, row.id, row.total_bytes)
     aliases.move(session, dataset, LATEST, row, by)
@@ -172,7 +169,7 @@ def get_version(database: Database, principal: auth.Principal, project: str, nam
         return info(session, dataset, version).model_copy(update={"read_by": seen[:MAX_READERS_SHOWN]})
 
 
-def _file(row: DatasetFileRow) -> VersionFile:
+def _file(row) -> VersionFile:
     return VersionFile(path=row.path, sha256=row.digest, size=row.size, media_type=row.media_type)
 
 
@@ -183,16 +180,23 @@ def list_files(database: Database, principal: auth.Principal, project: str, name
     with database.reading() as session:
         dataset = access.readable(session, principal, project, name)
         version = aliases.resolve(session, dataset, reference)
-        query = select(DatasetFileRow).where(DatasetFileRow.version_id == version.id)
-        if after is not None:
-            query = query.where(DatasetFileRow.path > after)
-        if prefix:
-            query = query.where(DatasetFileRow.path.startswith(prefix, autoescape=True))
-        rows = list(session.scalars(query.order_by(DatasetFileRow.path).limit(limit + 1)))
-        more = len(rows) > limit
-        rows = rows[:limit]
-        return VersionFiles(version=version_name(version.number), files=[_file(row) for row in rows],
-                            next_after=rows[-1].path if more else None)
+        return files_page(session, DatasetFileRow, version, after=after, limit=limit, prefix=prefix)
+
+
+def files_page(session: Session, files: type, version, *, after: str | None, limit: int,
+               prefix: str | None) -> VersionFiles:
+    """A page of the files (`files`: the file rows of a dataset or model version) of `version`
+    in path order, those past `after`."""
+    query = select(files).where(files.version_id == version.id)
+    if after is not None:
+        query = query.where(files.path > after)
+    if prefix:
+        query = query.where(files.path.startswith(prefix, autoescape=True))
+    rows = list(session.scalars(query.order_by(files.path).limit(limit + 1)))
+    more = len(rows) > limit
+    rows = rows[:limit]
+    return VersionFiles(version=version_name(version.number), files=[_file(row) for row in rows],
+                        next_after=rows[-1].path if more else None)
 
 
 def file_blob(database: Database, store: BlobStore, principal: auth.Principal, project: str, name: str,
@@ -202,10 +206,16 @@ def file_blob(database: Database, store: BlobStore, principal: auth.Principal, p
     with database.reading() as session:
         dataset = access.readable(session, principal, project, name)
         version = aliases.resolve(session, dataset, reference)
-        row = session.get(DatasetFileRow, (version.id, path))
-        if row is None:
-            raise NotFound(f"{version_name(version.number)} of {project}/{name} has no file {path!r}", field="path")
-        return store.path_for(row.digest), _file(row)
+        return blob_of(session, store, DatasetFileRow, version, f"{project}/{name}", path)
+
+
+def blob_of(session: Session, store: BlobStore, files: type, version, label: str,
+            path: str) -> tuple[Path, VersionFile]:
+    """Where the bytes of the file `path` of `version` lie (`files`: its file rows), and what it is."""
+    row = session.get(files, (version.id, path))
+    if row is None:
+        raise NotFound(f"{version_name(version.number)} of {label} has no file {path!r}", field="path")
+    return store.path_for(row.digest), _file(row)
 
 
 def diff(database: Database, principal: auth.Principal, project: str, name: str, before: str,
